@@ -1,0 +1,36 @@
+"""The ASR stage interface.
+
+An engine decodes a whole utterance buffer (blocking; the runtime calls it in a
+worker thread). Streaming behaviour -- partial hypotheses, the LocalAgreement
+commit policy, speculative final decodes -- is built on top of this in
+:mod:`asr.streaming` and :mod:`asr.local_agreement`, the same for every engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+@dataclass(frozen=True, slots=True)
+class Transcription:
+    text: str
+    #: the words of ``text`` in order (punctuation kept attached)
+    words: tuple[str, ...]
+    #: seconds of audio decoded
+    audio_s: float
+    #: wall time the decode took, ms
+    decode_ms: float
+
+
+class ASREngine(Protocol):
+    sample_rate_hz: int
+
+    def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
+        """Decode mono float32 audio at ``sample_rate_hz``. Thread-safe; blocking."""
+        ...
+
+    def close(self) -> None: ...

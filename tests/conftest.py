@@ -1,0 +1,71 @@
+"""Session-wide fixtures: every real model is loaded once per test session.
+
+Models are prepared (idempotently) into $VOICE_PIPELINE_CACHE or the default
+cache by ``voice-pipeline models``; the fixtures below only load them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from voice_pipeline.config import Config, load_config  # noqa: E402
+
+if TYPE_CHECKING:
+    from asr.base import ASREngine
+    from llm.base import LLM
+    from tts.base import TTS
+    from vad.base import VAD
+    from voice_pipeline.models import ModelPaths
+
+
+@pytest.fixture(scope="session")
+def config() -> Config:
+    return load_config(None)
+
+
+@pytest.fixture(scope="session")
+def model_paths(config: Config) -> ModelPaths:
+    from voice_pipeline.models import prepare_models
+
+    return prepare_models(config, progress=lambda msg: None)
+
+
+@pytest.fixture(scope="session")
+def silero16(config: Config, model_paths: ModelPaths) -> VAD:
+    from vad import build_vad
+
+    return build_vad(config.vad, 16000, model_paths.vad)
+
+
+@pytest.fixture(scope="session")
+def whisper(config: Config, model_paths: ModelPaths) -> Iterator[ASREngine]:
+    from asr import build_asr
+
+    engine = build_asr(config.asr, model_paths.asr)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def piper(config: Config, model_paths: ModelPaths) -> Iterator[TTS]:
+    from tts import build_tts
+
+    engine = build_tts(config.tts, model_paths.tts)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(config: Config, model_paths: ModelPaths) -> LLM:
+    """The in-process vLLM engine, shared by the whole session (start ~13 s)."""
+    from llm import build_llm
+
+    # closed at interpreter exit by the engine itself; closing here would need a loop
+    return build_llm(config.llm, model_paths.llm)

@@ -1,0 +1,59 @@
+"""Real speech for tests, synthesized at test time with espeak-ng (Debian package).
+
+espeak-ng is deliberately a different voice from the Piper voice the assistant
+speaks with, so ASR tests do not only hear the system's own voice.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+from numpy.typing import NDArray
+
+
+def espeak(text: str, rate_hz: int = 16000, voice: str = "en-us", wpm: int = 160) -> NDArray[np.float32]:
+    """Mono float32 speech for ``text`` at ``rate_hz``."""
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        raise RuntimeError("espeak-ng is not installed: apt-get install espeak-ng")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "speech.wav"
+        subprocess.run([exe, "-v", voice, "-s", str(wpm), "-w", str(out), text], check=True)
+        audio, sr = sf.read(out, dtype="float32", always_2d=True)
+    mono = audio.mean(axis=1)
+    if sr != rate_hz:
+        mono = soxr.resample(mono, sr, rate_hz, quality="HQ")
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def silence(seconds: float, rate_hz: int = 16000) -> NDArray[np.float32]:
+    return np.zeros(round(seconds * rate_hz), dtype=np.float32)
+
+
+def concat(*parts: NDArray[np.float32]) -> NDArray[np.float32]:
+    return np.concatenate(parts).astype(np.float32)
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Word-level Levenshtein distance / reference length, case and punctuation folded."""
+    ref, hyp = normalize(reference).split(), normalize(hypothesis).split()
+    if not ref:
+        return 0.0 if not hyp else 1.0
+    prev = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        cur = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
+        prev = cur
+    return prev[-1] / len(ref)
+
+
+def normalize(text: str) -> str:
+    kept = "".join(c.lower() if c.isalnum() or c.isspace() or c == "'" else " " for c in text)
+    return " ".join(kept.split())

@@ -1,0 +1,283 @@
+"""One typed config tree, loaded and validated once at the edge.
+
+Each component receives only its own section (``VADConfig`` for ``vad/``, ...).
+Values come from, in order of precedence: CLI flags (applied by the CLI with
+:func:`dataclasses.replace`), ``--config FILE`` (YAML, sections named like the
+fields of :class:`Config`), then the defaults below. Stage budgets come from
+``latency_budget.yaml``. Units are in the names (``_ms``, ``_s``, ``_hz``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from voice_pipeline.errors import ConfigError
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful voice assistant. Answer in one or two short spoken sentences. "
+    "Do not use lists, markdown or emojis."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VADConfig:
+    engine: Literal["silero", "webrtc"] = "silero"
+    #: Silero ONNX file; None = the model bundled in the ``silero-vad`` package.
+    model_path: str | None = None
+    #: speech probability at or above which a frame counts as voiced
+    threshold: float = 0.5
+    #: probability below which a voiced run counts as ended (hysteresis)
+    neg_threshold: float = 0.35
+    #: voiced time needed before a turn starts (rejects clicks)
+    min_speech_ms: int = 150
+    #: trailing silence after which the user's turn is over
+    end_silence_ms: int = 300
+    #: audio kept from before the detected start so first phonemes are not lost
+    pre_roll_ms: int = 300
+    #: webrtcvad aggressiveness 0..3
+    webrtc_mode: int = 3
+    #: onnxruntime intra-op threads
+    threads: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ASRConfig:
+    engine: Literal["faster-whisper"] = "faster-whisper"
+    #: CTranslate2 Whisper directory; None = tiny.en prepared by ``voice-pipeline models``
+    model_path: str | None = None
+    compute_type: str = "int8"
+    language: str = "en"
+    beam_size: int = 1
+    cpu_threads: int = 2
+    num_workers: int = 1
+    #: decode the growing utterance this often for partial transcripts (0 = no partials)
+    partial_interval_ms: int = 600
+    #: start the final decode as soon as the VAD hears silence, so the transcript is
+    #: (usually) ready when the endpoint fires; redone if speech resumes
+    speculative_final: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LLMConfig:
+    engine: Literal["vllm", "remote"] = "vllm"
+    #: Hugging Face model directory for vLLM; None = SmolLM2 prepared by ``voice-pipeline models``
+    model_path: str | None = None
+    #: remote engine: base URL of an OpenAI-compatible vLLM server, e.g. http://host:8000/v1
+    url: str | None = None
+    #: remote engine: model name to request (None = the server's first model)
+    remote_model: str | None = None
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_tokens: int = 96
+    temperature: float = 0.0
+    top_p: float = 1.0
+    #: vLLM KV cache size (mandatory on CPU)
+    kv_cache_mib: int = 256
+    max_model_len: int = 2048
+    dtype: str = "bfloat16"
+    #: a request with no token for this long is an error
+    request_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TTSConfig:
+    engine: Literal["piper"] = "piper"
+    #: Piper .onnx voice (its .onnx.json beside it); None = en_US-joe-medium from its wheel
+    voice_path: str | None = None
+    #: a clause is spoken only once it has at least this many words (avoids choppy audio)
+    min_clause_words: int = 4
+    #: onnxruntime intra-op threads (1 stays fast while the LLM is busy)
+    threads: int = 1
+    #: trailing silence Piper appends per chunk is trimmed to at most this
+    max_trailing_silence_ms: int = 120
+
+
+@dataclass(frozen=True, slots=True)
+class AudioConfig:
+    #: rate the VAD and ASR run at
+    pipeline_rate_hz: int = 16000
+    #: rate of reply audio sent to listeners; None = the TTS voice's own rate
+    output_rate_hz: int | None = None
+    #: input frame size fed by file/live transports
+    frame_ms: int = 20
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    """Per-stage budgets in ms (see latency_budget.yaml for what each one measures)."""
+
+    endpointing_ms: float = 350.0
+    asr_final_ms: float = 150.0
+    llm_first_token_ms: float = 150.0
+    first_clause_ms: float = 250.0
+    tts_first_audio_ms: float = 150.0
+    transport_ms: float = 20.0
+    voice_to_voice_ms: float = 800.0
+    barge_in_stop_ms: float = 250.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsConfig:
+    #: where prepared models live; None = $VOICE_PIPELINE_CACHE or ~/.cache/voice-pipeline
+    cache_dir: str | None = None
+
+    def resolved_cache_dir(self) -> Path:
+        if self.cache_dir:
+            return Path(self.cache_dir).expanduser()
+        env = os.environ.get("VOICE_PIPELINE_CACHE")
+        if env:
+            return Path(env).expanduser()
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "voice-pipeline"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    vad: VADConfig = field(default_factory=VADConfig)
+    asr: ASRConfig = field(default_factory=ASRConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    tts: TTSConfig = field(default_factory=TTSConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _check(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type {tp!r}")  # pragma: no cover
+
+
+def _build(cls: type[Any], data: Any, where: str) -> Any:
+    if data is None:
+        return cls()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        tp = hints[name]
+        key = f"{where}.{name}" if where else name
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value, key)  # type: ignore[arg-type]
+        else:
+            kwargs[name] = _check(tp, value, key)
+    return cls(**kwargs)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+
+
+def default_budget_path() -> Path | None:
+    """``./latency_budget.yaml`` if present, else the one at the project root."""
+    for candidate in (Path.cwd() / "latency_budget.yaml",
+                      Path(__file__).resolve().parents[1] / "latency_budget.yaml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_budget(path: Path | None) -> BudgetConfig:
+    if path is None:
+        return BudgetConfig()
+    data = _read_yaml(path)
+    if isinstance(data, dict) and "budgets" in data:
+        data = data["budgets"]
+    budget = _build(BudgetConfig, data, "budgets")
+    for f in dataclasses.fields(budget):
+        if getattr(budget, f.name) <= 0:
+            raise ConfigError(f"budgets.{f.name}: must be positive")
+    return typing.cast(BudgetConfig, budget)
+
+
+def load_config(path: Path | None = None, budget_path: Path | None = None) -> Config:
+    """Load and validate the whole tree. Raises :class:`ConfigError` with the bad key."""
+    data: Any = _read_yaml(path) if path is not None else {}
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    budget = load_budget(budget_path or default_budget_path())
+    if "budget" in data:  # per-file overrides of individual budgets
+        section = data.pop("budget") or {}
+        overrides = _build(BudgetConfig, section, "budget")
+        budget = dataclasses.replace(budget, **{k: getattr(overrides, k) for k in section})
+    cfg = typing.cast(Config, _build(Config, data, ""))
+    cfg = dataclasses.replace(cfg, budget=budget)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    v = cfg.vad
+    if not 0.0 < v.neg_threshold <= v.threshold < 1.0:
+        raise ConfigError("vad: need 0 < neg_threshold <= threshold < 1")
+    if v.end_silence_ms < 32 or v.min_speech_ms < 0 or v.pre_roll_ms < 0:
+        raise ConfigError("vad: end_silence_ms must be >= 32; min_speech_ms, pre_roll_ms >= 0")
+    if not 0 <= v.webrtc_mode <= 3:
+        raise ConfigError("vad.webrtc_mode: must be 0..3")
+    if cfg.audio.pipeline_rate_hz not in (8000, 16000):
+        raise ConfigError("audio.pipeline_rate_hz: must be 8000 or 16000")
+    if cfg.audio.frame_ms not in (10, 20, 30, 40, 60, 100):
+        raise ConfigError("audio.frame_ms: must be one of 10, 20, 30, 40, 60, 100")
+    if cfg.llm.engine == "remote" and not cfg.llm.url:
+        raise ConfigError("llm.url: required when llm.engine is 'remote' (or pass --llm-url)")
+    if cfg.llm.max_tokens < 1 or cfg.llm.kv_cache_mib < 16:
+        raise ConfigError("llm: max_tokens must be >= 1 and kv_cache_mib >= 16")
+    if cfg.tts.min_clause_words < 1:
+        raise ConfigError("tts.min_clause_words: must be >= 1")

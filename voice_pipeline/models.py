@@ -1,0 +1,1 @@
+"""Model preparation and resolution (``voice-pipeline models``). Implemented by the llm/models work."""
