@@ -1,0 +1,48 @@
+"""The loaded models, built once and shared by every session."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from asr.base import ASREngine
+from llm.base import LLM
+from tts.base import TTS
+from vad.base import VAD
+from voice_pipeline.config import Config
+from voice_pipeline.models import ModelPaths
+
+
+@dataclass(slots=True)
+class Engines:
+    vad: VAD
+    asr: ASREngine
+    llm: LLM
+    tts: TTS
+
+    @classmethod
+    def load(cls, cfg: Config, paths: ModelPaths, progress: Callable[[str], None]) -> Engines:
+        from asr import build_asr
+        from llm import build_llm
+        from tts import build_tts
+        from vad import build_vad
+
+        def step(name: str, build: Callable[[], object]) -> object:
+            t0 = time.monotonic()
+            progress(f"loading {name} ...")
+            engine = build()
+            progress(f"loaded {name} in {time.monotonic() - t0:.1f} s")
+            return engine
+
+        vad = step(f"VAD ({cfg.vad.engine})", lambda: build_vad(cfg.vad, cfg.audio.pipeline_rate_hz, paths.vad))
+        asr = step(f"ASR ({cfg.asr.engine})", lambda: build_asr(cfg.asr, paths.asr))
+        tts = step(f"TTS ({cfg.tts.engine})", lambda: build_tts(cfg.tts, paths.tts))
+        llm = step(f"LLM ({cfg.llm.engine})", lambda: build_llm(cfg.llm, paths.llm))
+        return cls(vad=vad, asr=asr, llm=llm, tts=tts)  # type: ignore[arg-type]
+
+    async def aclose(self) -> None:
+        await self.llm.aclose()
+        self.tts.close()
+        self.asr.close()
+        self.vad.close()

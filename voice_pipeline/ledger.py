@@ -1,0 +1,242 @@
+"""The latency budget ledger: where every millisecond of every turn went.
+
+Pure logic: callers pass ``time.monotonic_ns()`` timestamps in; nothing here
+reads a clock. A :class:`TurnLedger` collects the marks of one turn, derives the
+stage durations, and reports each budget a stage breaks the moment its end mark
+arrives (a :class:`BudgetBreach` the runtime turns into an event). The critical
+path stages are consecutive intervals between marks, so they add up exactly to
+``voice_to_voice`` (true end of user speech -> first reply audio sent):
+
+    speech_end -> endpoint -> transcript_final -> llm_first_token
+               -> first_clause -> tts_first_audio -> first_audio_sent
+
+A :class:`SessionLedger` keeps completed turns' records and per-stage
+percentiles over the session.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from voice_pipeline.config import BudgetConfig
+
+
+class Mark(enum.StrEnum):
+    SPEECH_START = "speech_start"
+    SPEECH_END = "speech_end"  # true end of user speech (last voiced frame)
+    ENDPOINT = "endpoint"  # end of turn decided
+    TRANSCRIPT_FINAL = "transcript_final"
+    LLM_FIRST_TOKEN = "llm_first_token"
+    FIRST_CLAUSE = "first_clause"  # first clause complete, handed to TTS
+    TTS_FIRST_AUDIO = "tts_first_audio"  # first clause synthesized
+    FIRST_AUDIO_SENT = "first_audio_sent"  # first reply audio handed to the transport
+    LLM_DONE = "llm_done"
+    LAST_AUDIO_SENT = "last_audio_sent"
+    TURN_END = "turn_end"
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    name: str
+    start: Mark
+    end: Mark
+    budget_key: str  # field of BudgetConfig
+
+
+#: critical path, in order; consecutive, so the durations add up to the total
+CRITICAL_PATH: tuple[Stage, ...] = (
+    Stage("endpointing", Mark.SPEECH_END, Mark.ENDPOINT, "endpointing_ms"),
+    Stage("asr_final", Mark.ENDPOINT, Mark.TRANSCRIPT_FINAL, "asr_final_ms"),
+    Stage("llm_first_token", Mark.TRANSCRIPT_FINAL, Mark.LLM_FIRST_TOKEN, "llm_first_token_ms"),
+    Stage("first_clause", Mark.LLM_FIRST_TOKEN, Mark.FIRST_CLAUSE, "first_clause_ms"),
+    Stage("tts_first_audio", Mark.FIRST_CLAUSE, Mark.TTS_FIRST_AUDIO, "tts_first_audio_ms"),
+    Stage("transport", Mark.TTS_FIRST_AUDIO, Mark.FIRST_AUDIO_SENT, "transport_ms"),
+)
+TOTAL = Stage("voice_to_voice", Mark.SPEECH_END, Mark.FIRST_AUDIO_SENT, "voice_to_voice_ms")
+STAGES: tuple[Stage, ...] = (*CRITICAL_PATH, TOTAL)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetBreach:
+    stage: str
+    duration_ms: float
+    budget_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkAccount:
+    """Work done for a turn and how much of it reached the listener."""
+
+    llm_tokens: int
+    audio_synthesized_s: float
+    audio_heard_s: float
+    text_chars: int
+    heard_chars: int
+
+    @property
+    def wasted_audio_s(self) -> float:
+        return max(0.0, self.audio_synthesized_s - self.audio_heard_s)
+
+    @property
+    def wasted_tokens(self) -> int:
+        if self.text_chars == 0:
+            return self.llm_tokens
+        return round(self.llm_tokens * (1 - self.heard_chars / self.text_chars))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """What the ledger knows about one finished turn (JSON-ready via :meth:`as_dict`)."""
+
+    turn_id: int
+    user_text: str
+    assistant_text: str
+    heard_text: str
+    interrupted: bool
+    marks_ns: dict[str, int]
+    stages_ms: dict[str, float]
+    budgets_broken: tuple[BudgetBreach, ...]
+    work: WorkAccount
+    asr_decode_ms: float
+    asr_speculative: bool
+
+    def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
+        marks = timeline if timeline is not None else {
+            k: (v - origin_ns) / 1e6 for k, v in self.marks_ns.items()
+        }
+        return {
+            "turn_id": self.turn_id,
+            "user_text": self.user_text,
+            "assistant_text": self.assistant_text,
+            "heard_text": self.heard_text,
+            "interrupted": self.interrupted,
+            "marks": {k: round(v, 1) for k, v in marks.items()},
+            "stages_ms": {k: round(v, 1) for k, v in self.stages_ms.items()},
+            "budgets_broken": [
+                {"stage": b.stage, "duration_ms": round(b.duration_ms, 1), "budget_ms": b.budget_ms}
+                for b in self.budgets_broken
+            ],
+            "asr": {"decode_ms": round(self.asr_decode_ms, 1), "speculative": self.asr_speculative},
+            "work": {
+                "llm_tokens": self.work.llm_tokens,
+                "wasted_tokens": self.work.wasted_tokens,
+                "audio_synthesized_s": round(self.work.audio_synthesized_s, 3),
+                "audio_heard_s": round(self.work.audio_heard_s, 3),
+                "wasted_audio_s": round(self.work.wasted_audio_s, 3),
+            },
+        }
+
+
+class TurnLedger:
+    """Marks of one turn. The first timestamp of a mark wins (later ones are ignored)."""
+
+    def __init__(self, turn_id: int, budget: BudgetConfig) -> None:
+        self.turn_id = turn_id
+        self._budget = budget
+        self._marks: dict[Mark, int] = {}
+        self._breaches: list[BudgetBreach] = []
+        self.llm_tokens = 0
+        self.audio_synthesized_s = 0.0
+        self.asr_decode_ms = 0.0
+        self.asr_speculative = False
+
+    def mark(self, mark: Mark, t_ns: int) -> list[BudgetBreach]:
+        """Record ``mark`` at ``t_ns``; return the budgets broken by stages it ends."""
+        if mark in self._marks:
+            return []
+        self._marks[mark] = t_ns
+        new: list[BudgetBreach] = []
+        for stage in STAGES:
+            if stage.end is not mark or stage.start not in self._marks:
+                continue
+            ms = (t_ns - self._marks[stage.start]) / 1e6
+            budget: float = getattr(self._budget, stage.budget_key)
+            if ms > budget:
+                new.append(BudgetBreach(stage.name, ms, budget))
+        self._breaches.extend(new)
+        return new
+
+    def has(self, mark: Mark) -> bool:
+        return mark in self._marks
+
+    def get(self, mark: Mark) -> int | None:
+        return self._marks.get(mark)
+
+    def stages_ms(self) -> dict[str, float]:
+        """Durations of every stage whose two marks are present."""
+        out: dict[str, float] = {}
+        for stage in STAGES:
+            a, b = self._marks.get(stage.start), self._marks.get(stage.end)
+            if a is not None and b is not None:
+                out[stage.name] = (b - a) / 1e6
+        return out
+
+    def finish(
+        self,
+        *,
+        user_text: str,
+        assistant_text: str,
+        heard_text: str,
+        interrupted: bool,
+        audio_heard_s: float,
+    ) -> TurnRecord:
+        return TurnRecord(
+            turn_id=self.turn_id,
+            user_text=user_text,
+            assistant_text=assistant_text,
+            heard_text=heard_text,
+            interrupted=interrupted,
+            marks_ns={str(k): v for k, v in sorted(self._marks.items(), key=lambda kv: kv[1])},
+            stages_ms=self.stages_ms(),
+            budgets_broken=tuple(self._breaches),
+            work=WorkAccount(
+                llm_tokens=self.llm_tokens,
+                audio_synthesized_s=self.audio_synthesized_s,
+                audio_heard_s=audio_heard_s,
+                text_chars=len(assistant_text),
+                heard_chars=len(heard_text),
+            ),
+            asr_decode_ms=self.asr_decode_ms,
+            asr_speculative=self.asr_speculative,
+        )
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """Linear-interpolated percentile (q in [0, 100]); NaN for no values."""
+    xs = sorted(values)
+    if not xs:
+        return math.nan
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(slots=True)
+class SessionLedger:
+    """Completed turns of one session and per-stage percentiles over them."""
+
+    budget: BudgetConfig
+    records: list[TurnRecord] = field(default_factory=list)
+
+    def new_turn(self, turn_id: int) -> TurnLedger:
+        return TurnLedger(turn_id, self.budget)
+
+    def add(self, record: TurnRecord) -> None:
+        self.records.append(record)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for stage in STAGES:
+            vals = [r.stages_ms[stage.name] for r in self.records if stage.name in r.stages_ms]
+            if vals:
+                out[stage.name] = {
+                    "n": float(len(vals)),
+                    "p50": round(percentile(vals, 50), 1),
+                    "p95": round(percentile(vals, 95), 1),
+                    "p99": round(percentile(vals, 99), 1),
+                    "budget": float(getattr(self.budget, stage.budget_key)),
+                }
+        return out
