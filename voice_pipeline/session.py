@@ -95,8 +95,10 @@ class Session:
         self._recent: deque[tuple[int, int, NDArray[np.float32]]] = deque()
         self._position = 0
         self._closed = False
-        self._idle = asyncio.Event()
+        self._idle = asyncio.Event()  # no user turn and no reply in progress
         self._idle.set()
+        self._no_reply = asyncio.Event()  # no reply in progress
+        self._no_reply.set()
 
     # ------------------------------------------------------------ input side
 
@@ -165,6 +167,7 @@ class Session:
                 case StartReply(turn_id=tid):
                     turn = self._by_id[tid]
                     self._idle.clear()
+                    self._no_reply.clear()
                     self._reply = turn
                     turn.reply_task = self._spawn(self._reply_turn(turn), f"reply-{tid}")
 
@@ -314,6 +317,7 @@ class Session:
         self._turns.reply_finished(turn.turn_id)
         if self._reply is turn:
             self._reply = None
+            self._no_reply.set()
         self._by_id.pop(turn.turn_id, None)
         self._spawn(turn.transcriber.aclose(), f"close-asr-{turn.turn_id}")
         if self._user is None and self._reply is None:
@@ -330,6 +334,10 @@ class Session:
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
+
+    async def wait_idle_reply(self) -> None:
+        """Return once no reply is in progress."""
+        await self._no_reply.wait()
 
     def unfinished_tasks(self) -> int:
         return len(self._tasks)
