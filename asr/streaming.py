@@ -1,0 +1,323 @@
+"""Per-session streaming on top of any :class:`asr.base.ASREngine`.
+
+:class:`UtteranceTranscriber` is the thin asyncio adapter: it buffers the
+utterance, runs the engine's blocking whole-utterance decodes in a worker
+thread, feeds :class:`asr.local_agreement.LocalAgreement` for partials, and owns
+the speculative final decode. The decisions it makes -- is a partial due, is the
+speculation still usable -- are the pure functions :func:`partial_due` and
+:func:`speculation_usable`.
+
+Life of one utterance, as the session runtime drives it::
+
+    start(pre_roll)          VAD: speech started
+    append(frame) ...        every frame while the user speaks (and after)
+    await partial()          as often as you like; decodes only when due
+    speculate()              VAD: the pause started -> final decode begins now
+    invalidate()             VAD: speech resumed -> that decode is discarded
+    speculate()              the next pause
+    await final()            endpoint: reuse the speculation or decode now
+
+Audio appended after :meth:`speculate` is taken to be silence (the pause) unless
+:meth:`invalidate` is called, so a valid speculation covers all the speech.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from asr.base import ASREngine, Transcription
+from asr.local_agreement import LocalAgreement
+from voice_pipeline.errors import AudioInputError, EngineError
+
+if TYPE_CHECKING:
+    from voice_pipeline.config import ASRConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PartialTranscript:
+    #: words two consecutive decodes agreed on; never retracted within the utterance
+    committed: str
+    #: the rest of the latest decode; may still change
+    tentative: str
+    #: ``committed`` and ``tentative`` joined
+    text: str
+    #: seconds of audio the decode covered
+    audio_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FinalTranscript:
+    text: str
+    words: tuple[str, ...]
+    #: seconds of audio the decode covered
+    audio_s: float
+    #: engine time of the decode used
+    decode_ms: float
+    #: True when a valid speculative decode (started at the pause) was used
+    speculative: bool
+    #: how long :meth:`UtteranceTranscriber.final` waited for the transcript
+    waited_ms: float
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def partial_due(
+    buffered_samples: int,
+    last_partial_samples: int,
+    interval_samples: int,
+    *,
+    decoding: bool,
+    paused: bool,
+) -> bool:
+    """A partial decode is due when partials are enabled (``interval_samples > 0``), no
+    decode of this utterance is running, the user is not pausing (no valid speculative
+    final stands: the audio since is silence), and at least ``interval_samples`` of
+    audio arrived since the last partial."""
+    if interval_samples <= 0 or decoding or paused:
+        return False
+    return buffered_samples - last_partial_samples >= interval_samples
+
+
+@dataclass(slots=True)
+class Speculation:
+    """A final decode started at the pause. ``valid`` drops to False when speech resumes."""
+
+    task: asyncio.Task[Transcription]
+    utterance: int
+    valid: bool = True
+
+
+def speculation_usable(spec: Speculation | None, utterance: int) -> bool:
+    """The speculative decode may stand in for the final one: it belongs to this
+    utterance and no speech was heard since it started."""
+    return spec is not None and spec.valid and spec.utterance == utterance
+
+
+# ---------------------------------------------------------------- adapter
+
+
+class UtteranceTranscriber:
+    """Streaming transcription of one session's utterances, one at a time.
+
+    ``executor`` runs the blocking decodes (``None``: the loop's default executor).
+    ``clock`` returns monotonic nanoseconds (for ``waited_ms``).
+    """
+
+    def __init__(
+        self,
+        engine: ASREngine,
+        cfg: ASRConfig,
+        *,
+        executor: Executor | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self._engine = engine
+        self._cfg = cfg
+        self._executor = executor
+        self._clock = clock
+        self._interval_samples = round(cfg.partial_interval_ms * engine.sample_rate_hz / 1000)
+        self._chunks: list[NDArray[np.float32]] = []
+        self._samples = 0
+        self._utterance = 0
+        self._agreement = LocalAgreement()
+        self._last_partial_samples = 0
+        self._last_partial: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self._partial_running = False
+        self._speculation: Speculation | None = None
+        self._tasks: set[asyncio.Task[Transcription]] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------ audio in
+
+    def start(self, audio: NDArray[np.float32]) -> None:
+        """Begin a new utterance with ``audio`` (the VAD's pre-roll). Forgets the last one."""
+        self._check_open()
+        self.invalidate()
+        self._utterance += 1
+        self._chunks.clear()
+        self._samples = 0
+        self._agreement.reset()
+        self._last_partial_samples = 0
+        self._last_partial = None
+        self._partial_running = False
+        self.append(audio)
+
+    def append(self, audio: NDArray[np.float32]) -> None:
+        """Add mono float32 audio at the engine's rate to the current utterance (copied)."""
+        self._check_open()
+        chunk = np.array(audio, dtype=np.float32, copy=True)
+        if chunk.ndim != 1:
+            raise AudioInputError(f"ASR expects mono 1-D audio, got shape {chunk.shape}")
+        if chunk.size:
+            self._chunks.append(chunk)
+            self._samples += chunk.size
+
+    @property
+    def buffered_s(self) -> float:
+        """Seconds of audio in the current utterance."""
+        return self._samples / self._engine.sample_rate_hz
+
+    @property
+    def partial_due(self) -> bool:
+        """Whether :meth:`partial` would decode now."""
+        return partial_due(
+            self._samples,
+            self._last_partial_samples,
+            self._interval_samples,
+            decoding=self._decoding(),
+            paused=speculation_usable(self._speculation, self._utterance),
+        )
+
+    # ------------------------------------------------------------ partials
+
+    async def partial(self) -> PartialTranscript | None:
+        """Decode the utterance so far and advance the commit policy.
+
+        None when no partial is due (see :func:`partial_due`: ``partial_interval_ms``
+        of new audio is needed, 0 disables partials; none while a decode runs or a
+        valid speculation stands), or when the decode changed nothing. Call it as
+        often as convenient, e.g. after every :meth:`append`.
+        """
+        self._check_open()
+        if not self.partial_due:
+            return None
+        utterance, samples = self._utterance, self._samples
+        audio = self._snapshot()
+        self._last_partial_samples = samples
+        self._partial_running = True
+        try:
+            result = await self._decode(audio)
+        finally:
+            if utterance == self._utterance:
+                self._partial_running = False
+        if utterance != self._utterance or self._closed:
+            return None  # a new utterance started meanwhile
+        self._agreement.update(result.words)
+        committed, tentative = self._agreement.committed, self._agreement.tentative
+        if self._last_partial == (committed, tentative):
+            return None
+        self._last_partial = (committed, tentative)
+        return PartialTranscript(
+            committed=" ".join(committed),
+            tentative=" ".join(tentative),
+            text=" ".join(committed + tentative),
+            audio_s=result.audio_s,
+        )
+
+    # ------------------------------------------------------------ finals
+
+    def speculate(self) -> None:
+        """Start the final decode of the audio so far (the VAD heard the pause start).
+
+        No-op when ``speculative_final`` is off or a valid speculation is already
+        running or done.
+        """
+        self._check_open()
+        if not self._cfg.speculative_final or speculation_usable(
+            self._speculation, self._utterance
+        ):
+            return
+        task = self._spawn(self._decode(self._snapshot()))
+        self._speculation = Speculation(task, self._utterance)
+
+    def invalidate(self) -> None:
+        """Speech resumed: the speculation will not be used. Its thread runs to the end
+        (it cannot be interrupted) and the result is dropped."""
+        if self._speculation is not None:
+            self._speculation.valid = False
+
+    async def final(self) -> FinalTranscript:
+        """The transcript of the whole utterance: the speculative decode if still valid
+        (awaited), otherwise a decode of everything buffered, now."""
+        self._check_open()
+        t0 = self._clock()
+        spec = self._speculation
+        if speculation_usable(spec, self._utterance):
+            assert spec is not None
+            result = await self._await_speculation(spec)
+            speculative = True
+        else:
+            result = await self._decode(self._snapshot())
+            speculative = False
+        return FinalTranscript(
+            text=result.text,
+            words=result.words,
+            audio_s=result.audio_s,
+            decode_ms=result.decode_ms,
+            speculative=speculative,
+            waited_ms=(self._clock() - t0) / 1e6,
+        )
+
+    # ------------------------------------------------------------ lifetime
+
+    async def aclose(self) -> None:
+        """Cancel the decode tasks this transcriber owns. Idempotent.
+
+        Threads already inside the engine finish on their own; their results are dropped.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._speculation = None
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # asyncio.wait never raises the tasks' errors; our own cancellation propagates
+            await asyncio.wait(tasks)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineError("UtteranceTranscriber is closed", retryable=False)
+
+    async def _await_speculation(self, spec: Speculation) -> Transcription:
+        # shielded: if final() is cancelled the speculation stays usable (aclose ends it)
+        try:
+            return await asyncio.shield(spec.task)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # final() itself was cancelled
+            # only the speculation was: aclose() ran while final() waited
+            raise EngineError("UtteranceTranscriber closed during final()") from None
+
+    def _decoding(self) -> bool:
+        # owned tasks: the speculation, and discarded ones whose thread still runs
+        return self._partial_running or any(not task.done() for task in self._tasks)
+
+    def _snapshot(self) -> NDArray[np.float32]:
+        if len(self._chunks) > 1:
+            self._chunks[:] = [np.concatenate(self._chunks)]
+        if not self._chunks:
+            return np.zeros(0, dtype=np.float32)
+        return self._chunks[0]
+
+    async def _decode(self, audio: NDArray[np.float32]) -> Transcription:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._engine.transcribe, audio)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Transcription]) -> asyncio.Task[Transcription]:
+        task = asyncio.get_running_loop().create_task(coro, name="asr-speculative-final")
+        self._tasks.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task[Transcription]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # a dropped speculation's error is not "never retrieved"

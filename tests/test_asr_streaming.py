@@ -1,0 +1,405 @@
+"""UtteranceTranscriber with a fake engine; pure decisions tested without a loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from asr.base import Transcription
+from asr.streaming import (
+    FinalTranscript,
+    PartialTranscript,
+    Speculation,
+    UtteranceTranscriber,
+    partial_due,
+    speculation_usable,
+)
+from voice_pipeline.config import ASRConfig
+from voice_pipeline.errors import AudioInputError, EngineError
+
+RATE = 1000  # fake engine rate: 1 sample = 1 ms
+
+
+class FakeEngine:
+    """Transcribes by script: the words for an audio length. Optionally gated."""
+
+    sample_rate_hz = RATE
+
+    def __init__(self, script: Callable[[int], str], gated: bool = False) -> None:
+        self.script = script
+        self.calls: list[int] = []
+        self.gate = threading.Event()
+        self.entered = threading.Semaphore(0)
+        if not gated:
+            self.gate.set()
+
+    def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
+        self.calls.append(audio.size)
+        self.entered.release()
+        self.gate.wait(timeout=30)
+        text = self.script(audio.size)
+        return Transcription(text, tuple(text.split()), audio.size / RATE, 1.0)
+
+    def close(self) -> None:
+        pass
+
+
+SENTENCE = "what is the capital of france".split()
+
+
+def growing(samples: int) -> str:
+    """One word per 500 ms of audio."""
+    return " ".join(SENTENCE[: samples // 500])
+
+
+def ms(n: int) -> NDArray[np.float32]:
+    return np.ones(n, dtype=np.float32)
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(max_workers=2)
+    yield pool
+    pool.shutdown(wait=True)
+
+
+def make(
+    engine: FakeEngine, executor: ThreadPoolExecutor, **cfg: Any
+) -> UtteranceTranscriber:
+    asr_cfg = ASRConfig(**{"partial_interval_ms": 500, **cfg})
+    return UtteranceTranscriber(engine, asr_cfg, executor=executor)
+
+
+async def wait_entered(engine: FakeEngine) -> None:
+    """Until the gated engine has been entered once more (the decode is in its thread)."""
+    assert await asyncio.to_thread(engine.entered.acquire, True, 10.0)
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+@pytest.mark.parametrize(
+    ("buffered", "last", "interval", "decoding", "paused", "due"),
+    [
+        (500, 0, 500, False, False, True),
+        (499, 0, 500, False, False, False),
+        (1000, 500, 500, False, False, True),
+        (1000, 1000, 500, False, False, False),  # nothing new
+        (5000, 0, 500, True, False, False),  # a decode is running
+        (5000, 0, 500, False, True, False),  # pause: the speculative final stands
+        (5000, 0, 0, False, False, False),  # partials disabled
+    ],
+)
+def test_partial_due(
+    buffered: int, last: int, interval: int, decoding: bool, paused: bool, due: bool
+) -> None:
+    assert partial_due(buffered, last, interval, decoding=decoding, paused=paused) is due
+
+
+def _spec(utterance: int, valid: bool) -> Speculation:
+    return Speculation(task=cast(Any, None), utterance=utterance, valid=valid)
+
+
+@pytest.mark.parametrize(
+    ("spec", "utterance", "usable"),
+    [
+        (None, 1, False),
+        (_spec(1, True), 1, True),
+        (_spec(1, False), 1, False),  # speech resumed
+        (_spec(1, True), 2, False),  # an earlier utterance's
+    ],
+)
+def test_speculation_usable(spec: Speculation | None, utterance: int, usable: bool) -> None:
+    assert speculation_usable(spec, utterance) is usable
+
+
+# ---------------------------------------------------------------- partials
+
+
+async def test_partials_commit_and_return_none_when_unchanged(
+    executor: ThreadPoolExecutor,
+) -> None:
+    engine = FakeEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(300))
+    assert await tr.partial() is None  # under one interval of audio: no decode
+    assert engine.calls == []
+    tr.append(ms(700))
+    p1 = await tr.partial()
+    assert p1 == PartialTranscript(committed="", tentative="what is", text="what is", audio_s=1.0)
+    assert await tr.partial() is None  # nothing new since the last partial
+    assert engine.calls == [1000]
+    tr.append(ms(500))
+    p2 = await tr.partial()
+    assert p2 is not None
+    assert (p2.committed, p2.tentative, p2.audio_s) == ("what is", "the", 1.5)
+    await tr.aclose()
+
+
+async def test_partial_returns_none_when_the_decode_changed_nothing(
+    executor: ThreadPoolExecutor,
+) -> None:
+    tr = make(FakeEngine(lambda n: "hello"), executor)
+    tr.start(ms(500))
+    first = await tr.partial()
+    assert first is not None and first.tentative == "hello"
+    tr.append(ms(500))
+    second = await tr.partial()
+    assert second is not None and second.committed == "hello"
+    tr.append(ms(500))
+    assert await tr.partial() is None  # same committed, same tentative
+    await tr.aclose()
+
+
+async def test_partial_is_not_due_while_a_decode_runs(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing, gated=True)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    running = asyncio.create_task(tr.partial())
+    await wait_entered(engine)
+    tr.append(ms(1000))
+    assert not tr.partial_due
+    assert await tr.partial() is None
+    engine.gate.set()
+    assert await running is not None
+    assert tr.partial_due
+    await tr.aclose()
+
+
+async def test_partial_of_a_replaced_utterance_is_dropped(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing, gated=True)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    running = asyncio.create_task(tr.partial())
+    await wait_entered(engine)
+    tr.start(ms(100))
+    engine.gate.set()
+    assert await running is None
+    await tr.aclose()
+
+
+async def test_no_partial_during_a_pause(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await asyncio.wait(cast(Any, tr)._tasks)  # the speculative decode is done
+    tr.append(np.zeros(1000, dtype=np.float32))
+    assert not tr.partial_due  # paused: the speculation stands
+    tr.invalidate()  # speech resumed
+    assert tr.partial_due
+    assert await tr.partial() is not None
+    await tr.aclose()
+
+
+async def test_no_partial_while_a_discarded_decode_runs(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing, gated=True)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    tr.invalidate()
+    tr.append(ms(1000))
+    assert await tr.partial() is None  # its thread still holds the CPU
+    engine.gate.set()
+    await asyncio.wait(cast(Any, tr)._tasks)
+    assert await tr.partial() is not None
+    await tr.aclose()
+
+
+async def test_partials_disabled(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing)
+    tr = make(engine, executor, partial_interval_ms=0)
+    tr.start(ms(5000))
+    assert await tr.partial() is None
+    assert engine.calls == []
+    await tr.aclose()
+
+
+# ---------------------------------------------------------------- finals
+
+
+async def test_speculation_is_reused_when_speech_did_not_resume(
+    executor: ThreadPoolExecutor,
+) -> None:
+    engine = FakeEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(3000))
+    tr.speculate()
+    tr.append(np.zeros(300, dtype=np.float32))  # the pause
+    tr.speculate()  # a second call while valid: no new decode
+    final = await tr.final()
+    assert final.speculative
+    assert final.text == "what is the capital of france"
+    assert final.audio_s == 3.0
+    assert engine.calls == [3000]
+    await tr.aclose()
+
+
+async def test_speculation_is_redone_after_invalidate(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    tr.invalidate()  # speech resumed
+    tr.append(ms(1000))
+    final = await tr.final()
+    assert not final.speculative
+    assert final.words == ("what", "is", "the", "capital")
+    assert final.audio_s == 2.0
+    assert 2000 in engine.calls  # (the discarded 1000-sample decode may run before or after)
+    await tr.aclose()
+
+
+async def test_new_speculation_after_invalidate_is_used(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    tr.invalidate()
+    tr.append(ms(500))
+    tr.speculate()  # the next pause
+    final = await tr.final()
+    assert final.speculative and final.audio_s == 1.5
+    assert 1500 in engine.calls
+    await tr.aclose()
+
+
+async def test_speculation_disabled_decodes_at_final(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing)
+    tr = make(engine, executor, speculative_final=False)
+    tr.start(ms(1000))
+    tr.speculate()
+    assert engine.calls == []
+    final = await tr.final()
+    assert not final.speculative and final.text == "what is"
+    await tr.aclose()
+
+
+async def test_start_discards_the_previous_speculation(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    tr.start(ms(500))
+    final = await tr.final()
+    assert not final.speculative and final.text == "what"
+    await tr.aclose()
+
+
+async def test_final_waits_for_a_running_speculation(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing, gated=True)
+    ticks = iter([0, 7_000_000])
+    tr = UtteranceTranscriber(
+        engine, ASRConfig(), executor=executor, clock=lambda: next(ticks)
+    )
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    final_task = asyncio.create_task(tr.final())
+    await asyncio.sleep(0)
+    assert not final_task.done()
+    engine.gate.set()
+    final = await final_task
+    assert final == FinalTranscript(
+        text="what is", words=("what", "is"), audio_s=1.0, decode_ms=1.0,
+        speculative=True, waited_ms=7.0,
+    )
+    await tr.aclose()
+
+
+# ---------------------------------------------------------------- lifetime
+
+
+async def test_aclose_cancels_the_speculation_and_is_idempotent(
+    executor: ThreadPoolExecutor,
+) -> None:
+    engine = FakeEngine(growing, gated=True)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    spec = cast(Any, tr)._speculation
+    assert isinstance(spec, Speculation)
+    await tr.aclose()
+    assert spec.task.cancelled()
+    await tr.aclose()
+    assert tr.closed
+    with pytest.raises(EngineError):
+        tr.append(ms(10))
+    with pytest.raises(EngineError):
+        await tr.final()
+    engine.gate.set()  # let the worker thread finish
+
+
+async def test_aclose_cancels_an_invalidated_decode(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing, gated=True)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    tr.invalidate()
+    tasks = list(cast(Any, tr)._tasks)
+    assert len(tasks) == 1
+    await tr.aclose()
+    assert tasks[0].cancelled()
+    engine.gate.set()
+
+
+async def test_cancelling_final_raises_and_keeps_the_speculation(
+    executor: ThreadPoolExecutor,
+) -> None:
+    engine = FakeEngine(growing, gated=True)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    final_task = asyncio.create_task(tr.final())
+    await asyncio.sleep(0)
+    final_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await final_task
+    engine.gate.set()
+    final = await tr.final()
+    assert final.speculative and final.text == "what is"
+    assert engine.calls == [1000]
+    await tr.aclose()
+
+
+async def test_aclose_during_final_raises_engine_error(executor: ThreadPoolExecutor) -> None:
+    engine = FakeEngine(growing, gated=True)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    final_task = asyncio.create_task(tr.final())
+    await asyncio.sleep(0)
+    await tr.aclose()  # cancels the speculation final() is waiting for
+    with pytest.raises(EngineError, match="closed during final"):
+        await final_task
+    engine.gate.set()
+
+
+async def test_engine_errors_reach_final(executor: ThreadPoolExecutor) -> None:
+    def broken(samples: int) -> str:
+        raise EngineError("decode failed")
+
+    tr = make(FakeEngine(broken), executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    with pytest.raises(EngineError, match="decode failed"):
+        await tr.final()
+    await tr.aclose()
+
+
+def test_rejects_non_mono_audio() -> None:
+    tr = UtteranceTranscriber(FakeEngine(growing), ASRConfig())
+    with pytest.raises(AudioInputError):
+        tr.start(np.zeros((2, 100), dtype=np.float32))
