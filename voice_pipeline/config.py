@@ -41,7 +41,7 @@ class VADConfig:
     #: trailing silence after which the user's turn is over
     end_silence_ms: int = 300
     #: audio kept from before the detected start so first phonemes are not lost
-    pre_roll_ms: int = 300
+    pre_roll_ms: int = 150
     #: webrtcvad aggressiveness 0..3
     webrtc_mode: int = 3
     #: onnxruntime intra-op threads
