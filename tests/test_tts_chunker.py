@@ -1,0 +1,273 @@
+"""ClauseChunker: pure, table-driven, no event loop."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+
+import pytest
+
+from tts.chunker import ClauseChunker, clean_for_speech, is_speakable
+
+FORTY_FIVE = " ".join(f"w{i}" for i in range(45))
+LONG_REPLY = (
+    "The capital of France, as you may know, is Paris. "
+    "It has been the capital for a very long time and it is also the largest city. "
+    "Paris is known for art, food, fashion and the Eiffel Tower, which was built in 1889 "
+    "for the World Fair, and it attracts millions of visitors every single year, "
+    "especially in spring and summer."
+)
+
+# (text, expected clauses) with min_clause_words=4, max_clause_words=40
+CASES: list[tuple[str, list[str]]] = [
+    ("The capital of France is Paris.", ["The capital of France is Paris."]),
+    ("Sure! The capital of France is Paris.", ["Sure!", "The capital of France is Paris."]),
+    (
+        "The capital of France, a large country, is Paris.",
+        ["The capital of France,", "a large country, is Paris."],
+    ),
+    ("Hi, Paris is big.", ["Hi, Paris is big."]),
+    (
+        "Pi is about 3.14 and e is 2.72. Nice.",
+        ["Pi is about 3.14 and e is 2.72.", "Nice."],
+    ),
+    ("The answer is 3.5 not 3. Right.", ["The answer is 3.5 not 3.", "Right."]),
+    (
+        "Mr. Smith met Dr. Jones and Mrs. Brown on Main St. today. They talked.",
+        ["Mr. Smith met Dr. Jones and Mrs. Brown on Main St. today.", "They talked."],
+    ),
+    ("Apple vs. Google is old news. Yes.", ["Apple vs. Google is old news.", "Yes."]),
+    (
+        "Fruits, e.g. apples, i.e. food, etc. are good. Yes.",
+        ["Fruits, e.g. apples, i.e. food,", "etc. are good.", "Yes."],
+    ),
+    ("Bring snacks etc. Then go.", ["Bring snacks etc.", "Then go."]),
+    ("J. R. R. Tolkien wrote it. Read it.", ["J. R. R. Tolkien wrote it.", "Read it."]),
+    ("So do I. Then we go.", ["So do I.", "Then we go."]),
+    ("We meet at 3:30 p.m. today. Bye.", ["We meet at 3:30 p.m. today.", "Bye."]),
+    ("It is in the U.S. Many agree.", ["It is in the U.S.", "Many agree."]),
+    (
+        "Wait...what? Well... maybe. Hmm… Okay.",
+        ["Wait...what?", "Well... maybe.", "Hmm…", "Okay."],
+    ),
+    ("Really?! Yes!!! Fine.", ["Really?!", "Yes!!!", "Fine."]),
+    ('He said "Stop." Then he left.', ['He said "Stop."', "Then he left."]),
+    ("It is big (really big!) and old.", ["It is big (really big!)", "and old."]),
+    ("(See Dr. Who.) Next one.", ["(See Dr. Who.)", "Next one."]),
+    ("About 1,000 people came: all of them.", ["About 1,000 people came:", "all of them."]),
+    ("One two three; four five six.", ["One two three; four five six."]),
+    ("One two three four; five six.", ["One two three four;", "five six."]),
+    (
+        "It was late — very late — and dark.",
+        ["It was late — very late —", "and dark."],
+    ),
+    ("Paris—the capital—is big.", ["Paris—the capital—is big."]),
+    (
+        "**Paris** is the *capital*. Use `print` here.",
+        ["Paris is the capital.", "Use print here."],
+    ),
+    ("**Note:** it is fine.", ["Note: it is fine."]),
+    (
+        "Here are some:\n- Paris\n- London\n1. Rome\n2) Berlin\n* Madrid",
+        ["Here are some:", "Paris", "London", "Rome", "Berlin", "Madrid"],
+    ),
+    ("# Title\n## Sub title\nSome text here.", ["Title", "Sub title", "Some text here."]),
+    ("> Quoted words here.", ["Quoted words here."]),
+    ("-5 degrees today.\n2024 was warm.", ["-5 degrees today.", "2024 was warm."]),
+    ("1.5 liters is enough.", ["1.5 liters is enough."]),
+    ("Great job 🎉! Have fun 😀.", ["Great job!", "Have fun."]),
+    ("Flags 🇫🇷 and hearts ❤️ here.", ["Flags and hearts here."]),
+    ("Paris is nice.\n\nLondon is too.", ["Paris is nice.", "London is too."]),
+    ("Hello there", ["Hello there"]),
+    ("one two three four,", ["one two three four,"]),
+    ("... Hello there.", ["... Hello there."]),
+    ("Hello. ...", ["Hello."]),
+    ("Hello. 🎉", ["Hello."]),
+    ("", []),
+    ("   \n ", []),
+    ("...!?", []),
+    ("🎉🎉", []),
+    (FORTY_FIVE, [" ".join(FORTY_FIVE.split()[:40]), " ".join(FORTY_FIVE.split()[40:])]),
+    (
+        LONG_REPLY,
+        [
+            "The capital of France,",  # eager while < 20 words have been emitted
+            "as you may know,",
+            "is Paris.",
+            "It has been the capital for a very long time and it is also the largest city.",
+            # later: sentences, cut at a clause mark only past 20 words
+            "Paris is known for art, food, fashion and the Eiffel Tower, which was built "
+            "in 1889 for the World Fair,",
+            "and it attracts millions of visitors every single year, "
+            "especially in spring and summer.",
+        ],
+    ),
+]
+
+
+def run(chunker: ClauseChunker, deltas: list[str]) -> list[str]:
+    out: list[str] = []
+    for delta in deltas:
+        out.extend(chunker.push(delta))
+    out.extend(chunker.flush())
+    return out
+
+
+def whole(text: str) -> list[str]:
+    return [text]
+
+
+def chars(text: str) -> list[str]:
+    return list(text)
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\s+|\S+", text)
+
+
+def words_with_space(text: str) -> list[str]:
+    return re.findall(r"\s*\S+\s*|\s+", text)
+
+
+def random_splits(text: str, seed: int) -> list[str]:
+    if len(text) < 2:
+        return [text]
+    rng = random.Random(seed)
+    cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(0, 12))))
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+SPLITTERS = [
+    chars,
+    words,
+    words_with_space,
+    *[(lambda t, s=seed: random_splits(t, s)) for seed in range(5)],
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_clauses(text: str, expected: list[str]) -> None:
+    assert run(ClauseChunker(4), whole(text)) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_any_split_of_the_deltas_gives_the_same_clauses(text: str, expected: list[str]) -> None:
+    for split in SPLITTERS:
+        assert run(ClauseChunker(4), split(text)) == expected, split(text)
+
+
+def _no_space(text: str) -> str:
+    return "".join(text.split())
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_nothing_lost_or_duplicated(text: str, expected: list[str]) -> None:
+    joined = " ".join(run(ClauseChunker(1, 3), chars(text)))
+    cleaned = clean_for_speech(text)
+    if is_speakable(cleaned.rsplit(maxsplit=1)[-1] if cleaned else ""):
+        assert _no_space(joined) == _no_space(cleaned)
+    else:  # a non-speakable tail ("...", an emoji) is dropped, nothing else
+        assert _no_space(cleaned).startswith(_no_space(joined))
+
+
+def test_clauses_arrive_as_soon_as_they_are_complete() -> None:
+    chunker = ClauseChunker(4)
+    assert chunker.push("The capital of France") == []
+    assert chunker.push(",") == []  # the whitespace has not arrived
+    assert chunker.push(" is") == ["The capital of France,"]
+    assert chunker.push(" Paris") == []
+    assert chunker.push("!") == []
+    assert chunker.push(" ") == ["is Paris!"]
+    assert chunker.push("It costs 3.") == []
+    assert chunker.push("5 euros. ") == []  # "." waits for the next visible character
+    assert chunker.push("Then") == ["It costs 3.5 euros."]
+    assert chunker.push(" more.\n") == ["Then more."]  # a line break decides at once
+    assert chunker.flush() == []
+
+
+def test_first_clause_is_eager_later_ones_prefer_sentences() -> None:
+    chunker = ClauseChunker(3, 40, later_clause_words=6)
+    text = "Yes, it is. Sure, fine, ok then, one two three four five, six seven."
+    assert run(chunker, [text]) == [
+        "Yes, it is.",  # one word before the comma: below min_clause_words
+        "Sure, fine, ok then,",  # eager: 3 words emitted so far, < later_clause_words
+        "one two three four five, six seven.",  # 7 words emitted: needs 6 words now
+    ]
+
+
+def test_min_clause_words_is_respected_for_clause_marks() -> None:
+    text = "One two, three four, five six."
+    assert run(ClauseChunker(2), [text]) == ["One two,", "three four,", "five six."]
+    assert run(ClauseChunker(3), [text]) == ["One two, three four,", "five six."]
+    assert run(ClauseChunker(10), [text]) == [text]
+
+
+def test_force_split_at_max_words_waits_for_the_word_to_end() -> None:
+    chunker = ClauseChunker(1, 3)
+    assert chunker.push("one two thr") == []
+    assert chunker.push("ee") == []
+    assert chunker.push(" fo") == ["one two three"]
+    assert chunker.flush() == ["fo"]
+
+
+def test_chunker_is_reusable_after_flush() -> None:
+    chunker = ClauseChunker(4)
+    assert run(chunker, ["- Paris, the capital city of France, is big"]) == [
+        "Paris, the capital city of France,",
+        "is big",
+    ]
+    assert run(chunker, ["1. Rome, the capital of Italy, is old."]) == [
+        "Rome, the capital of Italy,",
+        "is old.",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("**bold** and `code`", "bold and code"),
+        ("- item\n  - nested", "item nested"),
+        ("10) ten\n100. hundred\n1000. thousand", "ten hundred 1000. thousand"),
+        ("C# is #1", "C# is #1"),
+        ("Smile 😀 👍🏽 ok", "Smile ok"),
+        ("a\u200db", "ab"),
+    ],
+)
+def test_clean_for_speech(text: str, expected: str) -> None:
+    assert clean_for_speech(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"min_clause_words": 0}, "min_clause_words"),
+        ({"min_clause_words": 5, "max_clause_words": 4}, "max_clause_words"),
+        ({"min_clause_words": 5, "later_clause_words": 4}, "later_clause_words"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ClauseChunker(**kwargs)
+
+
+_VOCAB = (
+    "Paris|is|the|capital|of|France|Mr.|Dr.|e.g.|J.|3.5|3.|1,000|p.m.|U.S.|wait...what|"
+    'well...|…|Yes!|Why?|ok,|so;|note:|—|(see|it)|"Stop."|**bold**|`code`|🎉|\n|\n- |'
+    "\n1. |\n# |  |-5|#1|etc.|I."
+).split("|")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_texts_are_split_the_same_whatever_the_deltas(seed: int) -> None:
+    rng = random.Random(seed)
+    text = " ".join(rng.choice(_VOCAB) for _ in range(rng.randint(1, 60)))
+    expected = run(ClauseChunker(3, 12), [text])
+    for split in SPLITTERS:
+        assert run(ClauseChunker(3, 12), split(text)) == expected, (text, split(text))
+    assert all(is_speakable(clause) for clause in expected)
+    joined = _no_space(" ".join(expected))
+    cleaned = _no_space(clean_for_speech(text))
+    assert cleaned.startswith(joined)
+    assert not is_speakable(cleaned[len(joined) :])

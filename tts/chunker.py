@@ -1,0 +1,259 @@
+"""Split a streamed LLM reply into clauses that can be spoken one by one.
+
+Pure and synchronous: feed text deltas with :meth:`ClauseChunker.push` as they
+arrive, call :meth:`ClauseChunker.flush` at the end of the stream. Clauses come
+back cleaned for speech (markdown markers and emoji removed, whitespace
+collapsed). The result never depends on how the text was cut into deltas: a
+decision that needs text which has not arrived yet waits for it.
+
+Where a clause ends (on the cleaned text):
+
+* **Sentence end** -- a run of ``. ? ! …`` (optionally followed by closing quotes
+  or brackets) followed by whitespace, always, whatever the clause's length:
+  Piper speaks each sentence as its own chunk anyway, so merging short
+  sentences would only delay audio. Runs of only ``.``/``…`` also wait for the
+  next visible character and do not split before a lower-case letter
+  (``approx. five``, ``well... maybe``, ``5 p.m. today``). A single ``.`` never
+  splits after a title abbreviation (Mr. Mrs. Ms. Dr. St. Prof. Jr. Sr. Mt. vs.
+  e.g. i.e. cf.) or a single upper-case initial (``J. R. R. Tolkien``).
+  ``3.5``, ``e.g`` and ``wait...what`` never split: no whitespace follows.
+* **Line break** -- always (list items and headings have no punctuation).
+* **Clause mark** -- ``, ; : —`` (and the en dash) followed by whitespace, once the clause has
+  enough words. Eager while the reply is young: the threshold is
+  ``min_clause_words`` until ``later_clause_words`` words have been emitted in
+  total, so the first audio comes fast; after that it is ``later_clause_words``
+  (default ``max(min_clause_words, max_clause_words // 2)``), so later text is
+  spoken in whole sentences with natural prosody -- the LLM runs far ahead of
+  playback by then, splitting more would gain nothing -- and only long
+  sentences are cut at a comma.
+* **Length** -- at the first word boundary after ``max_clause_words`` words.
+
+A clause without speakable content (no letter or digit) is never emitted on its
+own: the punctuation joins the next clause, and :meth:`flush` drops a remainder
+such as a lone ``"..."``.
+
+Cleaning: ``*`` and backticks are removed everywhere, emoji (pictographs,
+dingbats, flags, variation selectors, joiners, keycaps) too; at the start of a
+line, heading (``#``), quote (``>``) and list markers (``- ``, ``+ ``, ``• ``,
+``* ``, ``1. ``, ``2) ``) are removed. Other characters are kept as they are.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["ClauseChunker", "clean_for_speech", "is_speakable", "strip_symbols"]
+
+_SENTENCE_END = frozenset(".?!…")
+_CLAUSE_MARKS = frozenset(",;:—\u2013")
+_CLOSERS = frozenset("\"')]}»”\u2019")
+_OPENERS = "\"'([{«“\u2018"
+_NO_SPLIT_AFTER = frozenset(
+    {"mr", "mrs", "ms", "dr", "st", "prof", "jr", "sr", "mt", "vs", "e.g", "i.e", "cf"}
+)
+_DROPPED_CHARS = frozenset("*`\u200d\ufe0e\ufe0f\u20e3")
+#: inclusive code point ranges of emoji and pictographic symbols
+_EMOJI_RANGES = (
+    (0x1F000, 0x1FAFF),  # mahjong .. symbols & pictographs ext-A (incl. flags, skin tones)
+    (0x2600, 0x27BF),  # misc symbols, dingbats
+    (0x2300, 0x23FF),  # misc technical (watch, hourglass, ...)
+    (0x2B00, 0x2BFF),  # arrows, stars
+    (0xE0020, 0xE007F),  # tag characters (subdivision flags)
+)
+_LINE_MARKER = re.compile(r"[ \t]*(?:#{1,6}|>|[-+•]|\d{1,3}[.)])[ \t]")
+_LINE_MARKER_PREFIX = re.compile(r"[ \t]*(?:#{0,6}|>|[-+•]|\d{1,3}[.)]?)")
+
+
+def _keep_char(ch: str) -> bool:
+    if ch in _DROPPED_CHARS:
+        return False
+    cp = ord(ch)
+    return not any(lo <= cp <= hi for lo, hi in _EMOJI_RANGES)
+
+
+def strip_symbols(text: str) -> str:
+    """``text`` without ``*``, backticks and emoji (no line-marker handling)."""
+    return "".join(ch for ch in text if _keep_char(ch))
+
+
+def is_speakable(text: str) -> bool:
+    """True if ``text`` has something to say (a letter or a digit)."""
+    return any(ch.isalnum() for ch in text)
+
+
+def _word_count(text: str) -> int:
+    return sum(1 for token in text.split() if is_speakable(token))
+
+
+_SPACE_BEFORE_PUNCT = re.compile(r" (?=[.,!?;:…](?:\s|$))")
+
+
+def _normalize_space(text: str) -> str:
+    """Collapse whitespace; drop a space left before punctuation (``fun 🎉!`` -> ``fun!``)."""
+    return _SPACE_BEFORE_PUNCT.sub("", " ".join(text.split()))
+
+
+class _Cleaner:
+    """Streaming markdown/emoji remover. Holds back only an ambiguous line start."""
+
+    def __init__(self) -> None:
+        self._at_line_start = True
+        self._prefix = ""  # held-back start of the current line
+
+    def feed(self, text: str) -> str:
+        out: list[str] = []
+        for ch in text:
+            if not _keep_char(ch):
+                continue
+            if not self._at_line_start:
+                out.append(ch)
+                if ch == "\n":
+                    self._at_line_start = True
+                continue
+            self._prefix += ch
+            marker = _LINE_MARKER.match(self._prefix)
+            if marker is not None:  # a whole marker: drop it
+                self._prefix, self._at_line_start = "", False
+            elif ch == "\n":  # blank or marker-less short line
+                out.append(self._prefix)
+                self._prefix = ""
+            elif _LINE_MARKER_PREFIX.fullmatch(self._prefix) is None:  # not a marker
+                out.append(self._prefix)
+                self._prefix, self._at_line_start = "", False
+        return "".join(out)
+
+    def flush(self) -> str:
+        rest, self._prefix, self._at_line_start = self._prefix, "", True
+        return rest
+
+
+def clean_for_speech(text: str) -> str:
+    """``text`` without markdown markers and emoji, whitespace collapsed."""
+    cleaner = _Cleaner()
+    return _normalize_space(cleaner.feed(text) + cleaner.flush())
+
+
+class ClauseChunker:
+    """Turns a stream of text deltas into speakable clauses (rules in the module doc)."""
+
+    def __init__(
+        self,
+        min_clause_words: int,
+        max_clause_words: int = 40,
+        *,
+        later_clause_words: int | None = None,
+    ) -> None:
+        if min_clause_words < 1:
+            raise ValueError("min_clause_words must be >= 1")
+        if max_clause_words < min_clause_words:
+            raise ValueError("max_clause_words must be >= min_clause_words")
+        if later_clause_words is None:
+            later_clause_words = max(min_clause_words, max_clause_words // 2)
+        if later_clause_words < min_clause_words:
+            raise ValueError("later_clause_words must be >= min_clause_words")
+        self._min_words = min_clause_words
+        self._max_words = max_clause_words
+        self._later_words = later_clause_words
+        self._cleaner = _Cleaner()
+        self._buf = ""  # cleaned text of the clause being built (and lookahead)
+        self._pos = 0  # next index of _buf to examine
+        self._words_emitted = 0
+
+    def push(self, delta: str) -> list[str]:
+        """Feed the next text delta; returns the clauses it completed (maybe none)."""
+        self._buf += self._cleaner.feed(delta)
+        return self._drain(final=False)
+
+    def flush(self) -> list[str]:
+        """End of the stream: the remaining clauses, if they have speakable content."""
+        self._buf += self._cleaner.flush()
+        clauses = self._drain(final=True)
+        rest = _normalize_space(self._buf)
+        self._buf, self._pos = "", 0
+        if is_speakable(rest):
+            clauses.append(rest)
+        self._words_emitted = 0
+        return clauses
+
+    # ------------------------------------------------------------ internals
+
+    def _drain(self, *, final: bool) -> list[str]:
+        clauses: list[str] = []
+        while True:
+            end = self._next_boundary(final=final)
+            if end is None:
+                return clauses
+            clause = _normalize_space(self._buf[:end])
+            self._buf = self._buf[end:]
+            self._pos = 0
+            self._words_emitted += _word_count(clause)
+            clauses.append(clause)
+
+    def _next_boundary(self, *, final: bool) -> int | None:
+        """End index of the first complete clause in ``_buf``, or None (advances ``_pos``)."""
+        s = self._buf
+        i = self._pos
+        while i < len(s):
+            ch = s[i]
+            if ch in _SENTENCE_END or ch in _CLAUSE_MARKS:
+                decision = self._at_punctuation(i, final=final)
+                if decision is None:  # needs text that has not arrived yet
+                    self._pos = i
+                    return None
+                if decision > 0:
+                    return decision
+                i = -decision  # no split: continue after the punctuation run
+                continue
+            if ch == "\n" and is_speakable(s[:i]):
+                return i + 1
+            if ch.isspace() and _word_count(s[:i]) >= self._max_words:
+                return i
+            i += 1
+        self._pos = i
+        return None
+
+    def _at_punctuation(self, i: int, *, final: bool) -> int | None:
+        """Split index (> 0), or -(index to resume at) for no split, or None if undecided."""
+        s = self._buf
+        run_chars = _SENTENCE_END if s[i] in _SENTENCE_END else _CLAUSE_MARKS
+        j = i
+        while j < len(s) and s[j] in run_chars:
+            j += 1
+        run = s[i:j]
+        while j < len(s) and s[j] in _CLOSERS:
+            j += 1
+        if j == len(s):
+            return -j if final else None
+        if not s[j].isspace() or not is_speakable(s[:i]):
+            return -j
+        if run_chars is _CLAUSE_MARKS:
+            return j if _word_count(s[:j]) >= self._clause_mark_words() else -j
+        if run == "." and _is_abbreviation(s, i):
+            return -j
+        if set(run) <= {".", "…"}:  # maybe an abbreviation or a pause: look at what follows
+            k = j
+            while k < len(s) and s[k].isspace():
+                k += 1
+            if "\n" in s[j:k]:
+                return j
+            if k == len(s):
+                return -j if final else None
+            if s[k].islower():
+                return -j
+        return j
+
+    def _clause_mark_words(self) -> int:
+        if self._words_emitted < self._later_words:
+            return self._min_words
+        return self._later_words
+
+
+def _is_abbreviation(s: str, dot: int) -> bool:
+    """True if the ``.`` at ``dot`` ends a title abbreviation or an initial."""
+    start = dot
+    while start > 0 and not s[start - 1].isspace():
+        start -= 1
+    token = s[start:dot].lstrip(_OPENERS)
+    if token.lower() in _NO_SPLIT_AFTER:
+        return True
+    return len(token) == 1 and token.isalpha() and token.isupper() and token != "I"
