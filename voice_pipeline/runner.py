@@ -159,12 +159,16 @@ async def run_audio(
     finally:
         await session.aclose()
     records = tuple(session.ledger.records)
-    turns = [
-        r.as_dict(timeline={k: clock.seconds(v) * 1000 for k, v in r.marks_ns.items()}) for r in records
-    ]
+    turns = [r.as_dict(timeline={k: clock.seconds(v) * 1000 for k, v in r.marks_ns.items()}) for r in records]
     out_len = round(len(audio) / rate * out_rate)
-    return RunResult(records, turns, session.ledger.summary(), transport.playout.render(out_len),
-                     out_rate, len(audio) / rate)
+    return RunResult(
+        records,
+        turns,
+        session.ledger.summary(),
+        transport.playout.render(out_len),
+        out_rate,
+        len(audio) / rate,
+    )
 
 
 def write_report(path: Path, result: RunResult, input_path: Path | None) -> None:

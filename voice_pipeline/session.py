@@ -240,8 +240,11 @@ class Session:
             self._transport.emit(ev.TranscriptFinalized(turn.turn_id, self._clock(), turn.user_text))
             if not turn.user_text:
                 return  # noise, a cough: no words, no reply
-            messages = [ChatMessage("system", self._cfg.llm.system_prompt), *self.history,
-                        ChatMessage("user", turn.user_text)]
+            messages = [
+                ChatMessage("system", self._cfg.llm.system_prompt),
+                *self.history,
+                ChatMessage("user", turn.user_text),
+            ]
             clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=8)
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._generate(turn, messages, clauses))
@@ -251,11 +254,15 @@ class Session:
             for exc in group.exceptions:
                 assert isinstance(exc, EngineError)
                 log.warning("turn %d failed: %s", turn.turn_id, exc)
-                self._transport.emit(ev.TurnFailed(turn.turn_id, self._clock(), "reply", str(exc), exc.retryable))
+                self._transport.emit(
+                    ev.TurnFailed(turn.turn_id, self._clock(), "reply", str(exc), exc.retryable)
+                )
         finally:
             self._finish(turn)
 
-    async def _generate(self, turn: _Turn, messages: list[ChatMessage], out: asyncio.Queue[str | None]) -> None:
+    async def _generate(
+        self, turn: _Turn, messages: list[ChatMessage], out: asyncio.Queue[str | None]
+    ) -> None:
         chunker = ClauseChunker(self._cfg.tts.min_clause_words)
         stream = self._engines.llm.stream(messages, f"turn-{id(self)}-{turn.turn_id}")
         async with contextlib.aclosing(stream):  # closing aborts the engine's request
@@ -301,7 +308,9 @@ class Session:
         turn.done = True
         self._mark(turn, Mark.TURN_END, self._clock())
         played = self._transport.played_samples(turn.turn_id)
-        heard = heard_text(turn.clauses, played) if turn.interrupted else " ".join(c.text for c in turn.clauses)
+        heard = (
+            heard_text(turn.clauses, played) if turn.interrupted else " ".join(c.text for c in turn.clauses)
+        )
         record = turn.ledger.finish(
             user_text=turn.user_text,
             assistant_text=turn.reply_text.strip(),
