@@ -56,7 +56,7 @@ def espeak(text: str) -> np.ndarray:
         sys.exit("espeak-ng is needed: apt-get install espeak-ng")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "q.wav"
-        subprocess.run([exe, "-v", "en-us", "-s", "160", "-w", str(path), text], check=True)
+        subprocess.run([exe, "-v", "en-us+f3", "-s", "150", "-w", str(path), text], check=True)
         audio, sr = sf.read(path, dtype="float32")
     return resample(audio.astype(np.float32), sr, 16000)
 

@@ -17,7 +17,7 @@ import soxr
 from numpy.typing import NDArray
 
 
-def espeak(text: str, rate_hz: int = 16000, voice: str = "en-us", wpm: int = 160) -> NDArray[np.float32]:
+def espeak(text: str, rate_hz: int = 16000, voice: str = "en-us+f3", wpm: int = 150) -> NDArray[np.float32]:
     """Mono float32 speech for ``text`` at ``rate_hz``."""
     exe = shutil.which("espeak-ng")
     if exe is None:
