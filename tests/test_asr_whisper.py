@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import statistics
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from speech import concat, espeak, normalize, silence, word_error_rate
+from speech import espeak, normalize, silence, word_error_rate
 
+from asr.base import ASREngine
 from asr.faster_whisper import FasterWhisperASR
 from asr.streaming import PartialTranscript, UtteranceTranscriber
 from voice_pipeline.config import ASRConfig
@@ -29,10 +28,10 @@ def bundled_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def fw_asr() -> Iterator[FasterWhisperASR]:
-    engine = FasterWhisperASR(ASRConfig(), bundled_model_dir())
-    yield engine
-    engine.close()
+def fw_asr(whisper: ASREngine) -> FasterWhisperASR:
+    """The session's shared Whisper engine (tests/conftest.py)."""
+    assert isinstance(whisper, FasterWhisperASR)
+    return whisper
 
 
 def test_question_word_error_rate(fw_asr: FasterWhisperASR) -> None:
@@ -111,22 +110,3 @@ def test_closed_engine_refuses_to_decode() -> None:
     engine.close()
     with pytest.raises(EngineError, match="closed"):
         engine.transcribe(silence(1.0))
-
-
-def test_print_decode_times(fw_asr: FasterWhisperASR, capsys: pytest.CaptureFixture[str]) -> None:
-    """Reported, not asserted: the machine is shared, so times are noisy."""
-    speech = concat(
-        espeak("The quick brown fox jumps over the lazy dog."),
-        espeak("Can you tell me what the weather will be like tomorrow?"),
-    )
-    assert speech.size >= 6 * RATE
-    lines = []
-    for seconds in (1, 3, 6):
-        clip = speech[: seconds * RATE]
-        times = [fw_asr.transcribe(clip).decode_ms for _ in range(3)]
-        lines.append(
-            f"{seconds} s clip: median {statistics.median(times):.0f} ms, "
-            f"min {min(times):.0f} ms"
-        )
-    with capsys.disabled():
-        print("\nfaster-whisper decode times (tiny.en int8 beam1):", "; ".join(lines))

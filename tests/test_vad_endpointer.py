@@ -152,10 +152,10 @@ CASES = [
     ]),
     # 8 kHz, Silero's 256-sample (32 ms) frames with the default config:
     # min speech 150 ms = 1200 samples -> 5 frames (1280); end silence 300 ms = 2400 -> 10 frames;
-    # pre-roll 300 ms = 2400 samples
+    # pre-roll (150 ms by default) = 1200 samples
     Case("8 kHz, 256-sample frames, defaults", "." * 12 + "#####" + "." * 10,
          cfg=VADConfig(), rate=8000, frame=256, expected=[
-             (16, SpeechStarted(12 * 256, 12 * 256 - 2400, 17 * 256)),
+             (16, SpeechStarted(12 * 256, 12 * 256 - VADConfig().pre_roll_ms * 8, 17 * 256)),
              (17, PauseStarted(17 * 256)),
              (26, EndOfTurn(17 * 256, 27 * 256)),
          ]),

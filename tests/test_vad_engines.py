@@ -35,12 +35,12 @@ Audio = NDArray[np.float32]
 
 
 @pytest.fixture(scope="session")
-def vad_engines() -> dict[tuple[str, int], VAD]:
-    """Every engine at every rate, built once (Silero from the bundled model file)."""
+def vad_engines(silero16: VAD) -> dict[tuple[str, int], VAD]:
+    """Every engine at every rate, built once (Silero 16 kHz is the session's shared one)."""
     cfg = VADConfig()
     engines: dict[tuple[str, int], VAD] = {}
     for rate in RATES:
-        engines["silero", rate] = SileroVAD(cfg, rate, None)
+        engines["silero", rate] = silero16 if rate == 16000 else SileroVAD(cfg, rate, None)
         engines["webrtc", rate] = WebRTCVAD(cfg, rate)
     return engines
 
