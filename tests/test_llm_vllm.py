@@ -1,0 +1,174 @@
+"""VLLMEngine with the real SmolLM2-135M (runs in CI): streaming, cancellation, abort."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import itertools
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from llm.base import LLM, ChatMessage, LLMDelta
+from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, LLMConfig
+from voice_pipeline.errors import EngineError, ModelError
+
+if TYPE_CHECKING:
+    from voice_pipeline.models import ModelPaths
+
+pytestmark = pytest.mark.real_models
+
+QUESTION = [
+    ChatMessage("system", DEFAULT_SYSTEM_PROMPT),
+    ChatMessage("user", "What is the capital of France? Answer in one sentence."),
+]
+#: a prompt whose reply runs to max_tokens, so there is always something to cancel
+STORY = [ChatMessage("user", "Tell me a very long story about a dragon and a knight.")]
+
+_ids = itertools.count()
+
+
+def request_id(prefix: str) -> str:
+    return f"{prefix}-{next(_ids)}"
+
+
+async def test_reply_streams_incrementally_and_mentions_paris(vllm_engine: LLM) -> None:
+    deltas: list[LLMDelta] = []
+    start = time.monotonic()
+    first_at = 0.0
+    async for delta in vllm_engine.stream(QUESTION, request_id("paris")):
+        if not deltas:
+            first_at = time.monotonic()
+        deltas.append(delta)
+    end = time.monotonic()
+    text = "".join(d.text for d in deltas)
+    tokens = sum(d.num_tokens for d in deltas)
+    print(f"\nvLLM in-process: TTFT {1000 * (first_at - start):.0f} ms, "
+          f"{(tokens - 1) / max(end - first_at, 1e-9):.1f} tok/s after the first, "
+          f"{tokens} tokens in {len(deltas)} deltas: {text!r}")
+    assert "Paris" in text
+    assert len(deltas) > 1
+    assert all(d.num_tokens >= 1 for d in deltas)
+    assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_closing_the_stream_mid_way_aborts_at_once(vllm_engine: LLM) -> None:
+    received = 0
+    async with contextlib.aclosing(vllm_engine.stream(STORY, request_id("close"))) as stream:
+        async for _ in stream:
+            received += 1
+            assert vllm_engine.unfinished_requests() == 1
+            if received == 3:
+                break
+    assert received == 3
+    assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_plain_break_aborts_once_the_generator_is_collected(vllm_engine: LLM) -> None:
+    # without aclosing() the event loop's async-generator finalizer closes the stream
+    async for _ in vllm_engine.stream(STORY, request_id("break")):
+        break
+    gc.collect()
+    for _ in range(200):
+        if vllm_engine.unfinished_requests() == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_cancelling_the_consumer_task_aborts_at_once(vllm_engine: LLM) -> None:
+    got_some = asyncio.Event()
+    received: list[str] = []
+
+    async def consume() -> None:
+        async for delta in vllm_engine.stream(STORY, request_id("cancel")):
+            received.append(delta.text)
+            if len(received) == 3:
+                got_some.set()
+
+    task = asyncio.create_task(consume())
+    await got_some.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_explicit_abort_ends_the_stream(vllm_engine: LLM) -> None:
+    rid = request_id("abort")
+    received: list[LLMDelta] = []
+    async for delta in vllm_engine.stream(STORY, rid):
+        received.append(delta)
+        if len(received) == 3:
+            await vllm_engine.abort(rid)
+            assert vllm_engine.unfinished_requests() == 0
+    # the stream ends quietly right after the abort, long before max_tokens
+    assert 3 <= len(received) < LLMConfig().max_tokens
+    assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_abort_right_after_start_yields_nothing(vllm_engine: LLM) -> None:
+    rid = request_id("early")
+    received: list[LLMDelta] = []
+
+    async def consume() -> None:
+        async for delta in vllm_engine.stream(STORY, rid):
+            received.append(delta)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0)  # the stream has started; vLLM may not know the request yet
+    await vllm_engine.abort(rid)
+    await task
+    assert received == []
+    assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_twenty_abort_cycles_leave_nothing_behind(vllm_engine: LLM) -> None:
+    for cycle in range(20):
+        rid = request_id("cycle")
+        stream = vllm_engine.stream(STORY, rid)
+        first = await anext(stream)
+        assert first.text or first.num_tokens
+        if cycle % 2:
+            await vllm_engine.abort(rid)
+        await stream.aclose()
+        assert vllm_engine.unfinished_requests() == 0, f"cycle {cycle}"
+    # and the engine still answers afterwards
+    text = "".join([d.text async for d in vllm_engine.stream(QUESTION, request_id("after"))])
+    assert "Paris" in text
+
+
+async def test_too_long_prompt_is_a_non_retryable_error(vllm_engine: LLM) -> None:
+    huge = [ChatMessage("user", "word " * (LLMConfig().max_model_len + 100))]
+    with pytest.raises(EngineError) as info:
+        async for _ in vllm_engine.stream(huge, request_id("huge")):
+            pass
+    assert not info.value.retryable
+    assert vllm_engine.unfinished_requests() == 0
+
+
+def test_missing_model_folder_is_a_model_error(tmp_path: Path) -> None:
+    from llm.vllm_engine import VLLMEngine
+
+    with pytest.raises(ModelError, match=r"config\.json"):
+        VLLMEngine(LLMConfig(), tmp_path / "nowhere")
+
+
+def test_prepared_model_folder_is_a_complete_conversion(model_paths: ModelPaths) -> None:
+    from llm.convert import is_converted
+
+    assert model_paths.llm is not None
+    assert is_converted(model_paths.llm)
+    assert "quantization_config" not in (model_paths.llm / "config.json").read_text()
+    assert not list(model_paths.llm.parent.glob(f".{model_paths.llm.name}.partial-*"))
+
+
+def test_convert_of_a_missing_gguf_leaves_nothing(tmp_path: Path) -> None:
+    from llm.convert import convert_gguf_to_hf
+
+    with pytest.raises(ModelError, match="not found"):
+        convert_gguf_to_hf(tmp_path / "missing.gguf", tmp_path / "out", lambda msg: None)
+    assert list(tmp_path.iterdir()) == []
