@@ -1,0 +1,572 @@
+"""The session runtime driven by fakes on a fake clock; the file runner in fast mode.
+
+Input is synthetic: "speech" is a 440 Hz tone at amplitude 0.3, pushed in 20 ms
+chunks stamped with the fake clock (``Driver``). The VAD fake scores 512-sample
+frames (1.0 when RMS > 0.05), so VAD/endpoint decisions fall on exact samples and
+the marks derived from input timestamps are exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import itertools
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from fakes import (
+    RATE,
+    Driver,
+    FakeClock,
+    Fakes,
+    RecordingTransport,
+    silence,
+    tone,
+    word_deltas,
+)
+
+from llm.base import ChatMessage
+from tts.chunker import ClauseChunker
+from voice_pipeline import events as ev
+from voice_pipeline.config import BudgetConfig, Config
+from voice_pipeline.errors import EngineError, VoicePipelineError
+from voice_pipeline.ledger import CRITICAL_PATH, TurnRecord
+from voice_pipeline.runner import run_audio
+from voice_pipeline.session import Session
+
+MS = 1_000_000
+FRAME = 512
+CHUNK = RATE * 20 // 1000
+REPLY = (
+    "Sure, the answer is forty two. It is the meaning of life, the universe and everything. Anything else?"
+)
+
+
+def base_config(**budget: float) -> Config:
+    cfg = Config(budget=BudgetConfig(**budget))
+    # partial transcripts poll on a real-time timer; they are tested on their own below
+    return dataclasses.replace(cfg, asr=dataclasses.replace(cfg.asr, partial_interval_ms=0))
+
+
+@dataclass(slots=True)
+class Harness:
+    clock: FakeClock
+    fakes: Fakes
+    transport: RecordingTransport
+    session: Session
+    driver: Driver
+    cfg: Config
+
+    @property
+    def llm_requests(self) -> list[str]:
+        return [r.request_id for r in self.fakes.llm.requests]
+
+    def record(self, turn_id: int) -> TurnRecord:
+        rec = self.transport.record(turn_id)
+        assert rec is not None, f"turn {turn_id} did not complete"
+        return rec
+
+    def completed(self, turn_id: int) -> bool:
+        return self.transport.record(turn_id) is not None
+
+    async def settle_tasks(self) -> None:
+        """Wait (bounded) until the session owns no task any more."""
+        for _ in range(200):
+            await self.driver.settle()
+            if self.session.unfinished_tasks() == 0:
+                return
+            await asyncio.sleep(0.001)
+
+
+def make_harness(cfg: Config | None = None, fakes: Fakes | None = None) -> Harness:
+    cfg = base_config() if cfg is None else cfg
+    fakes = Fakes() if fakes is None else fakes
+    clock = FakeClock()
+    transport = RecordingTransport(clock, output_rate_hz=fakes.tts.sample_rate_hz)
+    session = Session(fakes.engines(), cfg, transport, clock=clock)
+    return Harness(clock, fakes, transport, session, Driver(session, clock, fakes), cfg)
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    harness = make_harness()
+    harness.fakes.llm.reply = REPLY
+    yield harness
+    harness.fakes.llm.release()
+    await harness.session.aclose()
+
+
+def types_of(events: list[ev.Event], *ignore: type) -> list[type]:
+    return [type(e) for e in events if not isinstance(e, ignore)]
+
+
+def clauses_of(text: str, min_words: int) -> list[str]:
+    chunker = ClauseChunker(min_words)
+    out = [c for d in word_deltas(text) for c in chunker.push(d)]
+    return out + chunker.flush()
+
+
+# ---------------------------------------------------------------- one turn
+
+
+async def test_one_turn(h: Harness) -> None:
+    t, d, llm, tts = h.transport, h.driver, h.fakes.llm, h.fakes.tts
+    await d.quiet(0.2)
+    await d.speak(0.5)
+    await d.quiet_until(lambda: h.completed(1))
+
+    # events, in order
+    kinds = types_of(t.events, ev.BudgetExceeded)
+    n_text = len(word_deltas(REPLY))
+    assert kinds == [
+        ev.SpeechStarted,
+        ev.EndpointDetected,
+        ev.TranscriptFinalized,
+        *[ev.AssistantTextStreamed] * n_text,
+        ev.TurnCompleted,
+    ]
+    assert all(e.turn_id == 1 for e in t.events)
+    assert [e.t_ns for e in t.events] == sorted(e.t_ns for e in t.events)
+    assert t.of(ev.TranscriptFinalized)[0].text == "what is the answer"
+    assert "".join(e.text for e in t.of(ev.AssistantTextStreamed)) == REPLY
+
+    # VAD decisions on exact samples: the tone spans samples 3200..11200; the first voiced
+    # frame starts at 3072, the last ends at 11264, the end of turn comes 10 silent frames
+    # later (16384), decided in the 20 ms chunk that completes that frame (ends at 16640).
+    onset, speech_end = 3200 // FRAME * FRAME, math.ceil((3200 + 8000) / FRAME) * FRAME
+    decided = speech_end + math.ceil(h.cfg.vad.end_silence_ms * RATE / 1000 / FRAME) * FRAME
+    decided_chunk_end = math.ceil(decided / CHUNK) * CHUNK
+    endpoint = t.of(ev.EndpointDetected)[0]
+    assert endpoint.speech_end_ns == d.t_of_sample(speech_end)
+    assert endpoint.t_ns == d.t_of_sample(decided_chunk_end)
+
+    rec = h.record(1)
+    assert rec.marks_ns["speech_start"] == d.t_of_sample(onset)
+    assert rec.marks_ns["speech_end"] == d.t_of_sample(speech_end)
+    assert rec.marks_ns["endpoint"] == endpoint.t_ns
+    assert rec.stages_ms["endpointing"] == (decided_chunk_end - speech_end) / 16 == 336.0
+
+    # every critical-path stage, adding up to voice to voice; marks in causal order
+    assert set(rec.stages_ms) == {s.name for s in CRITICAL_PATH} | {"voice_to_voice"}
+    total = sum(rec.stages_ms[s.name] for s in CRITICAL_PATH)
+    assert total == pytest.approx(rec.stages_ms["voice_to_voice"], abs=1e-6)
+    assert all(v >= 0 for v in rec.stages_ms.values())
+    order = [
+        "speech_start",
+        "speech_end",
+        "endpoint",
+        "transcript_final",
+        "llm_first_token",
+        "first_clause",
+        "tts_first_audio",
+        "first_audio_sent",
+        "last_audio_sent",
+        "turn_end",
+    ]
+    assert [rec.marks_ns[m] for m in order] == sorted(rec.marks_ns[m] for m in order)
+
+    # the reply reached the transport clause by clause, back to back, all of it played
+    clauses = clauses_of(REPLY, h.cfg.tts.min_clause_words)
+    assert len(clauses) >= 3
+    assert tts.texts == clauses
+    assert [len(a) for a in t.audio[1]] == [tts.samples_for(c) for c in clauses]
+    for before, after in itertools.pairwise(t.playout.chunks):
+        assert after.start >= before.end
+    total_samples = sum(tts.samples_for(c) for c in clauses)
+    assert t.played_samples(1) == total_samples
+    assert t.clears(1) == []
+    assert h.clock() >= t.time_of(t.playout.end_of(1))  # TurnCompleted only after the drain
+
+    assert rec.user_text == "what is the answer"
+    assert rec.assistant_text == REPLY
+    assert rec.heard_text == " ".join(clauses)
+    assert not rec.interrupted
+    assert rec.work.llm_tokens == n_text
+    assert rec.work.audio_synthesized_s == pytest.approx(total_samples / 22050)
+    assert rec.work.audio_heard_s == pytest.approx(total_samples / 22050)
+    assert rec.asr_speculative  # the decode started at the pause was used
+    assert h.fakes.asr.calls == 1
+
+    # the LLM saw the system prompt and the question; history has both sides
+    assert llm.requests[0].messages == (
+        ChatMessage("system", h.cfg.llm.system_prompt),
+        ChatMessage("user", "what is the answer"),
+    )
+    assert h.session.history == [
+        ChatMessage("user", "what is the answer"),
+        ChatMessage("assistant", " ".join(clauses)),
+    ]
+    assert llm.finished == h.llm_requests
+    assert llm.unfinished_requests() == 0
+    assert len(h.session.ledger.records) == 1
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+    assert not h.session.busy
+
+
+async def test_history_is_sent_with_the_next_question(h: Harness) -> None:
+    d = h.driver
+    h.fakes.llm.reply = "It is noon."
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(1))
+    h.fakes.asr.text = "and tomorrow"
+    h.fakes.llm.reply = "Also noon."
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(2))
+    assert h.fakes.llm.requests[1].messages == (
+        ChatMessage("system", h.cfg.llm.system_prompt),
+        ChatMessage("user", "what is the answer"),
+        ChatMessage("assistant", "It is noon."),
+        ChatMessage("user", "and tomorrow"),
+    )
+    assert [r.turn_id for r in h.session.ledger.records] == [1, 2]
+
+
+async def test_budget_breach_is_an_event_at_the_stage_end() -> None:
+    harness = make_harness(base_config(endpointing_ms=100.0))
+    try:
+        await harness.driver.speak(0.5)
+        await harness.driver.quiet_until(lambda: harness.completed(1))
+        breaches = harness.transport.of(ev.BudgetExceeded, 1)
+        endpointing = [b for b in breaches if b.stage == "endpointing"]
+        assert len(endpointing) == 1
+        assert endpointing[0].budget_ms == 100.0
+        assert endpointing[0].duration_ms == harness.record(1).stages_ms["endpointing"]
+        # reported the moment the endpoint mark arrived
+        assert endpointing[0].t_ns == harness.transport.of(ev.EndpointDetected, 1)[0].t_ns
+        assert any(b.stage == "endpointing" for b in harness.record(1).budgets_broken)
+    finally:
+        await harness.session.aclose()
+
+
+async def test_partial_transcripts_only_while_the_user_speaks() -> None:
+    cfg = base_config()
+    cfg = dataclasses.replace(cfg, asr=dataclasses.replace(cfg.asr, partial_interval_ms=1))
+    harness = make_harness(cfg)
+    t, d = harness.transport, harness.driver
+    try:
+        await d.speak(0.3)
+        await d.speak_until(lambda: bool(t.of(ev.TranscriptPartial, 1)), max_s=2.0)
+        await d.quiet_until(lambda: harness.completed(1))
+        kinds = [type(e) for e in t.events]
+        first_partial = kinds.index(ev.TranscriptPartial)
+        last_partial = len(kinds) - 1 - kinds[::-1].index(ev.TranscriptPartial)
+        assert kinds.index(ev.SpeechStarted) < first_partial
+        assert last_partial < kinds.index(ev.EndpointDetected)
+        assert t.of(ev.TranscriptPartial)[-1].committed + t.of(ev.TranscriptPartial)[-1].tentative
+        await harness.settle_tasks()
+        assert harness.session.unfinished_tasks() == 0
+    finally:
+        await harness.session.aclose()
+
+
+# ---------------------------------------------------------------- barge-in
+
+
+async def test_speech_during_a_reply_cancels_it_and_the_new_turn_proceeds(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    llm.hold_after(8)  # the LLM is still streaming when the user barges in
+    await d.speak(0.5)
+    await d.quiet_until(lambda: t.played_samples(1) >= 0.6 * 22050)
+    first_clause = clauses_of(REPLY, h.cfg.tts.min_clause_words)[0]
+    assert h.fakes.tts.texts == [first_clause]
+    assert llm.unfinished_requests() == 1
+
+    h.fakes.asr.text = "tell me more"
+    await d.speak_until(lambda: bool(t.of(ev.SpeechStarted, 2)))
+    # cancelled at once: flushed, interrupted, aborted -- before the new turn's event
+    interrupted = t.of(ev.ReplyInterrupted, 1)
+    assert len(interrupted) == 1
+    assert interrupted[0].reason == "user speech"
+    assert t.events.index(interrupted[0]) < t.events.index(t.of(ev.SpeechStarted, 2)[0])
+    started2 = t.of(ev.SpeechStarted, 2)[0]
+    assert t.clears(1) == [(started2.t_ns - t.origin_ns) * 22050 // 1_000_000_000]
+    await d.settle()
+    assert llm.aborted == [h.llm_requests[0]]
+    assert llm.unfinished_requests() == 0
+
+    rec1 = h.record(1)
+    assert rec1.interrupted
+    assert rec1.assistant_text == " ".join(REPLY.split()[:8])
+    heard = rec1.heard_text.split()
+    assert 0 < len(heard) < len(first_clause.split())
+    assert heard == REPLY.split()[: len(heard)]
+    # what was heard is exactly what played up to the flush
+    played = t.played_samples(1)
+    assert played == t.clears(1)[0] - t.playout.chunks[0].start
+    assert rec1.work.audio_heard_s == pytest.approx(played / 22050)
+
+    llm.release()
+    await d.speak(0.3)
+    await d.quiet_until(lambda: h.completed(2))
+    # nothing of turn 1 was sent after the flush, and nothing more of it played
+    clear_at = t.log.index(("clear", 1, t.clears(1)[0]))
+    assert all(tid != 1 for kind, tid, _ in t.log[clear_at:] if kind == "play")
+    assert t.played_samples(1) == played
+
+    rec2 = h.record(2)
+    assert not rec2.interrupted
+    assert rec2.user_text == "tell me more"
+    assert rec2.assistant_text == REPLY
+    assert h.session.history == [
+        ChatMessage("user", "what is the answer"),
+        ChatMessage("assistant", rec1.heard_text + "..."),
+        ChatMessage("user", "tell me more"),
+        ChatMessage("assistant", rec2.heard_text),
+    ]
+    assert llm.requests[1].messages[1:] == tuple(h.session.history[:3])
+    assert llm.unfinished_requests() == 0
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+
+
+async def test_a_hundred_interruptions_leave_nothing_running(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    llm.hold_after(8)
+    n = 100
+    # interrupt at different points of the reply: right after the endpoint, after the
+    # transcript, while the LLM streams, while audio plays
+    points: list[Callable[[int], bool]] = [
+        lambda tid: bool(t.of(ev.EndpointDetected, tid)),
+        lambda tid: bool(t.of(ev.TranscriptFinalized, tid)),
+        lambda tid: bool(t.of(ev.AssistantTextStreamed, tid)),
+        lambda tid: t.played_samples(tid) > 0,
+    ]
+
+    def started(tid: int) -> bool:
+        return bool(t.of(ev.SpeechStarted, tid))
+
+    await d.speak(0.3)
+    for i in range(n):
+        tid = i + 1
+        await d.quiet_until(functools.partial(points[i % 4], tid), max_s=2.0)
+        await d.speak_until(functools.partial(started, tid + 1))  # barge-in
+        await d.speak(0.1)
+    llm.release()
+    await d.quiet_until(lambda: h.completed(n + 1))
+    await h.settle_tasks()
+
+    assert h.session.unfinished_tasks() == 0
+    assert llm.unfinished_requests() == 0
+    assert not h.session.busy
+    records = [h.record(tid) for tid in range(1, n + 2)]
+    assert [r.interrupted for r in records] == [True] * n + [False]
+    assert len(t.of(ev.ReplyInterrupted)) == n
+    assert len(t.of(ev.TurnCompleted)) == n + 1
+    # every LLM request that started was either aborted or (the last one) finished
+    assert llm.finished == [llm.started[-1]]
+    assert sorted(llm.aborted) == sorted(llm.started[:-1])
+    assert llm.failed == []
+    # every turn interrupted while its audio played was flushed, and heard a prefix
+    for i, rec in enumerate(records[:n]):
+        if i % 4 == 3:
+            assert t.clears(rec.turn_id)
+        assert rec.heard_text.split() == REPLY.split()[: len(rec.heard_text.split())]
+
+
+async def test_burst_of_input_ending_a_turn_and_starting_the_next(h: Harness) -> None:
+    """A transport may push buffered chunks back to back without the loop running in
+    between (a network hiccup delivers 300 ms at once): the reply task is created and
+    cancelled before it ever ran. The turn must still complete and the session go idle."""
+    d, t = h.driver, h.transport
+    await d.speak(0.4)
+    await d.quiet(0.2)
+    # end of turn 1 (after 0.3 s of silence) and the start of turn 2, with no yield between
+    burst = np.concatenate([silence(0.15), tone(0.3)])
+    for i in range(0, len(burst), CHUNK):
+        h.clock.advance(20 * MS)
+        await h.session.push_audio(burst[i : i + CHUNK], h.clock())
+    assert t.of(ev.EndpointDetected, 1)
+    assert t.of(ev.SpeechStarted, 2)
+    await d.quiet_until(lambda: h.completed(2), max_s=10.0)
+    assert h.completed(1), "the reply cancelled before it started never completed"
+    assert h.record(1).interrupted
+    await h.settle_tasks()
+    assert not h.session.busy
+    assert h.session.unfinished_tasks() == 0
+
+
+# ---------------------------------------------------------------- no words, failures
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+async def test_empty_transcript_makes_no_llm_call(h: Harness, text: str) -> None:
+    h.fakes.asr.text = text
+    await h.driver.speak(0.3)
+    await h.driver.quiet_until(lambda: h.completed(1))
+    assert types_of(h.transport.events, ev.BudgetExceeded) == [
+        ev.SpeechStarted,
+        ev.EndpointDetected,
+        ev.TranscriptFinalized,
+        ev.TurnCompleted,
+    ]
+    assert h.transport.of(ev.TranscriptFinalized)[0].text == ""
+    assert h.fakes.llm.requests == []
+    assert h.fakes.tts.texts == []
+    assert h.transport.audio == {}
+    assert h.session.history == []
+    rec = h.record(1)
+    assert rec.user_text == rec.assistant_text == rec.heard_text == ""
+    assert "llm_first_token" not in rec.stages_ms
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+    assert not h.session.busy
+
+
+FAILURES = ["llm-mid-stream", "llm-first-token", "asr", "tts"]
+
+
+@pytest.mark.parametrize("where", FAILURES)
+async def test_engine_error_fails_the_turn_and_the_session_goes_on(h: Harness, where: str) -> None:
+    llm, asr, tts = h.fakes.llm, h.fakes.asr, h.fakes.tts
+    error = EngineError(f"{where} broke", retryable=where.startswith("llm"))
+    match where:
+        case "llm-mid-stream":
+            llm.fail_after, llm.error = 3, error
+        case "llm-first-token":
+            llm.fail_after, llm.error = 0, error
+        case "asr":
+            asr.error = error
+        case "tts":
+            tts.error = error
+            llm.hold_after(10)  # still streaming when synthesis fails
+    await h.driver.speak(0.4)
+    await h.driver.quiet_until(lambda: h.completed(1))
+    failed = h.transport.of(ev.TurnFailed, 1)
+    assert [(f.stage, f.message, f.retryable) for f in failed] == [("reply", str(error), error.retryable)]
+    completed = h.transport.of(ev.TurnCompleted, 1)[0]
+    assert h.transport.events.index(failed[0]) < h.transport.events.index(completed)
+    assert llm.unfinished_requests() == 0
+    if where.startswith("llm"):
+        assert llm.failed == h.llm_requests
+    if where == "tts":
+        assert llm.aborted == h.llm_requests  # the reply's LLM request is aborted with it
+
+    llm.fail_after, asr.error, tts.error = None, None, None
+    llm.release()
+    await h.driver.speak(0.4)
+    await h.driver.quiet_until(lambda: h.completed(2))
+    assert h.transport.of(ev.TurnFailed, 2) == []
+    assert h.record(2).assistant_text == REPLY
+    assert not h.record(2).interrupted
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+
+
+# ---------------------------------------------------------------- closing
+
+
+async def test_aclose_cancels_a_reply_and_is_idempotent(h: Harness) -> None:
+    llm = h.fakes.llm
+    llm.hold_after(8)
+    await h.driver.speak(0.4)
+    await h.driver.quiet_until(lambda: bool(h.transport.of(ev.AssistantTextStreamed, 1)))
+    assert h.session.unfinished_tasks() > 0
+    assert llm.unfinished_requests() == 1
+    before = set(asyncio.all_tasks())
+
+    await h.session.aclose()
+    assert llm.unfinished_requests() == 0
+    assert llm.aborted == h.llm_requests
+    # nothing the session started is left running once aclose() returns
+    assert h.session.unfinished_tasks() == 0
+    leftover = [task for task in asyncio.all_tasks() - before if not task.done()]
+    assert leftover == []
+
+    await h.session.aclose()  # idempotent
+    with pytest.raises(VoicePipelineError):
+        await h.session.push_audio(silence(0.02), h.clock())
+
+
+async def test_aclose_during_a_user_turn_stops_its_decode(h: Harness) -> None:
+    baseline = set(asyncio.all_tasks())
+    asr = h.fakes.asr
+    asr.gate.clear()  # the speculative final decode is still running at close
+    h.driver.thread_wait_s = 0.0
+    try:
+        await h.driver.speak(0.4)
+        await h.driver.quiet(0.1)  # the pause starts: speculation begins
+        for _ in range(1000):
+            if asr.calls:
+                break
+            await asyncio.sleep(0.001)
+        assert asr.calls == 1
+        await h.session.aclose()
+        leftover = [
+            task.get_name()
+            for task in asyncio.all_tasks() - baseline
+            if not task.done() and task is not asyncio.current_task()
+        ]
+        assert leftover == []
+        assert h.session.unfinished_tasks() == 0
+    finally:
+        asr.gate.set()
+
+
+async def test_aclose_of_an_idle_session() -> None:
+    harness = make_harness()
+    await harness.session.aclose()
+    await harness.session.aclose()
+    assert harness.session.unfinished_tasks() == 0
+    assert harness.transport.events == []
+
+
+# ---------------------------------------------------------------- runner, fast mode
+
+
+async def test_run_audio_fast_two_questions() -> None:
+    fakes = Fakes()
+    fakes.llm.reply = "It is noon. Anything else?"
+    cfg = base_config()
+    onsets_s = (0.3, 1.9)
+    signal = np.concatenate([silence(0.3), tone(0.6), silence(1.0), tone(0.6), silence(1.0)])
+    seen: list[ev.Event] = []
+    result = await run_audio(fakes.engines(), cfg, signal, RATE, realtime=False, on_event=seen.append)
+
+    assert len(result.records) == 2
+    assert [r.turn_id for r in result.records] == [1, 2]
+    assert all(not r.interrupted and r.assistant_text == "It is noon. Anything else?" for r in result.records)
+    assert sum(isinstance(e, ev.TurnCompleted) for e in seen) == 2
+    assert fakes.llm.unfinished_requests() == 0
+
+    # output: at the TTS rate, at least as long as the input, reply audio after each endpoint
+    assert result.output_rate_hz == 22050
+    assert result.input_s == pytest.approx(len(signal) / RATE)
+    assert len(result.output) >= round(result.input_s * 22050)
+    out = result.output
+    voiced = np.flatnonzero(out)
+    assert voiced.size == sum(fakes.tts.samples_for(c) for c in fakes.tts.texts)
+    endpoints_s = [float(t["marks"]["endpoint"]) / 1000 for t in result.turns]  # type: ignore[index]
+    assert voiced[0] / 22050 == pytest.approx(endpoints_s[0], abs=0.03)
+    assert np.count_nonzero(out[round(endpoints_s[1] * 22050) :]) > 0
+
+    # marks on the input timeline: monotonic within a turn and across turns, and where
+    # the input says they are
+    order = [
+        "speech_start",
+        "speech_end",
+        "endpoint",
+        "transcript_final",
+        "llm_first_token",
+        "first_clause",
+        "tts_first_audio",
+        "first_audio_sent",
+        "last_audio_sent",
+        "turn_end",
+    ]
+    previous_end = 0.0
+    for turn, onset in zip(result.turns, onsets_s, strict=True):
+        marks = turn["marks"]
+        assert isinstance(marks, dict)
+        values = [float(marks[m]) for m in order]
+        assert values == sorted(values), marks
+        assert list(marks.values()) == sorted(marks.values())
+        assert values[0] >= previous_end
+        assert values[0] / 1000 == pytest.approx(onset, abs=0.04)
+        assert values[1] / 1000 == pytest.approx(onset + 0.6, abs=0.04)
+        previous_end = values[-1]
+    assert result.summary["endpointing"]["n"] == 2.0
