@@ -65,3 +65,24 @@ def rms_dbfs(samples: Float32) -> float:
         return -120.0
     rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
     return float(20.0 * np.log10(max(rms, 1e-6)))
+
+
+def last_sound_end(
+    samples: Float32, rate_hz: int, *, frame_ms: int = 10, floor_dbfs: float = -50.0, below_peak_db: float = 30.0
+) -> int | None:
+    """Offset just past the last frame that still carries the speaker's sound.
+
+    A frame counts when its level is above ``floor_dbfs`` and within
+    ``below_peak_db`` of the loudest frame of ``samples``. Frames are aligned
+    to the end of ``samples``. None when nothing qualifies.
+    """
+    frame = rate_hz * frame_ms // 1000
+    n = len(samples) // frame if frame else 0
+    if n == 0:
+        return None
+    frames = samples[len(samples) - n * frame :].reshape(n, frame).astype(np.float64)
+    level = 20.0 * np.log10(np.sqrt(np.mean(frames * frames, axis=1)) + 1e-9)
+    loud = np.flatnonzero(level >= max(floor_dbfs, float(level.max()) - below_peak_db))
+    if loud.size == 0:
+        return None
+    return len(samples) - (n - 1 - int(loud[-1])) * frame

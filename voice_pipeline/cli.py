@@ -159,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         try:
+            await engines.warm_up()
             result = await run_audio(engines, cfg, raw, in_rate, realtime=not args.fast)
         finally:
             await engines.aclose()

@@ -283,3 +283,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm: max_tokens must be >= 1 and kv_cache_mib >= 16")
     if cfg.tts.min_clause_words < 1:
         raise ConfigError("tts.min_clause_words: must be >= 1")
+    for f in dataclasses.fields(cfg.budget):
+        if getattr(cfg.budget, f.name) <= 0:
+            raise ConfigError(f"budget.{f.name}: must be positive")

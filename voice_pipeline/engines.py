@@ -43,6 +43,24 @@ class Engines:
         llm = step(f"LLM ({cfg.llm.engine})", lambda: build_llm(cfg.llm, paths.llm))
         return cls(vad=vad, asr=asr, llm=llm, tts=tts)  # type: ignore[arg-type]
 
+    async def warm_up(self) -> None:
+        """One tiny request through each engine, so the first user turn does not pay
+        first-call costs (vLLM skips its own warm-up in eager mode; ORT and CTranslate2
+        allocate on first use)."""
+        import asyncio
+        import contextlib
+
+        import numpy as np
+
+        from llm.base import ChatMessage
+
+        stream = self.llm.stream([ChatMessage("user", "Say hello.")], "warm-up")
+        async with contextlib.aclosing(stream):
+            async for _ in stream:
+                break
+        await asyncio.to_thread(self.tts.synthesize, "Hello.")
+        await asyncio.to_thread(self.asr.transcribe, np.zeros(self.asr.sample_rate_hz // 2, np.float32))
+
     async def aclose(self) -> None:
         await self.llm.aclose()
         self.tts.close()

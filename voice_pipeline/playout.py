@@ -41,9 +41,14 @@ class Playout:
 
     def clear(self, turn_id: int, at: int) -> None:
         """Silence every not-yet-played sample of ``turn_id`` from position ``at``."""
+        kept: list[_Chunk] = []
         for c in self.chunks:
+            if c.turn_id == turn_id and c.start >= at:
+                continue  # not started yet: dropped whole
             if c.turn_id == turn_id and c.end > at:
-                c.cut = max(0, at - c.start)
+                c.cut = at - c.start
+            kept.append(c)
+        self.chunks = kept
 
     def played(self, turn_id: int, at: int) -> int:
         """Samples of ``turn_id`` played by position ``at``."""

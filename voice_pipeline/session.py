@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from llm.base import ChatMessage
 from tts.chunker import ClauseChunker
 from vad.endpointer import EndOfTurn, Endpointer, PauseStarted, SpeechResumed, SpeechStarted
 from voice_pipeline import events as ev
-from voice_pipeline.audio import resample_int16
+from voice_pipeline.audio import last_sound_end, resample_int16
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 
 #: how much recent input is kept for pre-roll and sample->time lookups
 _HISTORY_S = 4.0
+#: how far before the VAD's end of speech to look for the acoustic end
+_END_SEARCH_S = 0.3
 
 
 @dataclass(slots=True)
@@ -137,9 +140,13 @@ class Session:
 
     def time_of_sample(self, sample: int) -> int:
         """Monotonic time at which input sample ``sample`` was captured (interpolated)."""
+        previous: int | None = None
         for end, t_ns, _ in self._recent:
             if end >= sample:
-                return t_ns - round((end - sample) * 1e9 / self.rate_hz)
+                t = t_ns - round((end - sample) * 1e9 / self.rate_hz)
+                # never before the previous chunk arrived (fast feeding has no real gaps)
+                return t if previous is None else max(t, previous)
+            previous = t_ns
         if self._recent:
             end, t_ns, _ = self._recent[-1]
             return t_ns - round((end - sample) * 1e9 / self.rate_hz)
@@ -170,6 +177,7 @@ class Session:
                     self._no_reply.clear()
                     self._reply = turn
                     turn.reply_task = self._spawn(self._reply_turn(turn), f"reply-{tid}")
+                    turn.reply_task.add_done_callback(functools.partial(self._reply_done, turn))
 
     def _begin_user_turn(self, turn_id: int, started: SpeechStarted) -> None:
         transcriber = UtteranceTranscriber(self._engines.asr, self._cfg.asr)
@@ -190,11 +198,20 @@ class Session:
         self._user = None
         if turn.partial_task is not None:
             turn.partial_task.cancel()
-        speech_end = self.time_of_sample(end.speech_end_sample)
+        speech_end = self.time_of_sample(self._acoustic_end(end.speech_end_sample))
         self._mark(turn, Mark.SPEECH_END, speech_end)
         decided = self._clock()
         self._mark(turn, Mark.ENDPOINT, decided)
         self._transport.emit(ev.EndpointDetected(turn.turn_id, decided, speech_end))
+
+    def _acoustic_end(self, vad_end: int) -> int:
+        """The VAD's last voiced frame ends 40-100 ms after the sound does (model
+        hangover); look at the level of the audio before it for the true end."""
+        window = int(_END_SEARCH_S * self.rate_hz)
+        start = max(0, vad_end - window)
+        audio = self._audio_since(start)[: vad_end - start]
+        end = last_sound_end(audio, self.rate_hz)
+        return vad_end if end is None else min(vad_end, start + end)
 
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
         turn = self._by_id.get(turn_id)
@@ -212,6 +229,10 @@ class Session:
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
+
+    def _reply_done(self, turn: _Turn, _task: asyncio.Task[None]) -> None:
+        if not turn.done:  # cancelled before its first step: its finally never ran
+            self._finish(turn)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -359,3 +380,7 @@ class Session:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._user is not None:
+            await self._user.transcriber.aclose()
+        while self._tasks:  # close-asr tasks spawned by replies finishing during the gather
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
