@@ -68,7 +68,12 @@ def rms_dbfs(samples: Float32) -> float:
 
 
 def last_sound_end(
-    samples: Float32, rate_hz: int, *, frame_ms: int = 10, floor_dbfs: float = -50.0, below_peak_db: float = 30.0
+    samples: Float32,
+    rate_hz: int,
+    *,
+    frame_ms: int = 10,
+    floor_dbfs: float = -50.0,
+    below_peak_db: float = 30.0,
 ) -> int | None:
     """Offset just past the last frame that still carries the speaker's sound.
 
