@@ -83,8 +83,9 @@ async def main() -> None:
         res = await run_audio(engines, cfg, np.concatenate([lead, clips[q]]), 16000)
         for rec in res.records:
             ledger.add(rec)
-        speech_end = int((len(lead) + len(clips[q])) / 16000 * res.output_rate_hz)
-        loud = np.flatnonzero(np.abs(res.output[speech_end:].astype(np.int32)) > 500)
+        last_sound = int(np.flatnonzero(np.abs(clips[q]) > 0.003)[-1]) + 1  # acoustic end, -50 dBFS
+        speech_end = int((len(lead) + last_sound) / 16000 * res.output_rate_hz)
+        loud = np.flatnonzero(np.abs(res.output[speech_end:].astype(np.int32)) > 100)
         if loud.size:
             out_v2v.append(loud[0] / res.output_rate_hz * 1000)
         rec = res.records[-1] if res.records else None
