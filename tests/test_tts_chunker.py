@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,31 @@ LONG_REPLY = (
 
 # (text, expected clauses) with min_clause_words=4, max_clause_words=40
 CASES: list[tuple[str, list[str]]] = [
-    ("The capital of France is Paris.", ["The capital of France is Paris."]),
+    # first phrase: the first clause ends before a phrase start once it has 4 words
+    ("The capital of France is Paris.", ["The capital of France", "is Paris."]),
+    ("A week has 7 days.", ["A week has 7 days."]),  # "days" starts no phrase
+    (
+        "The sky on a clear day is a deep shade of blue.",
+        ["The sky on a clear day", "is a deep shade of blue."],
+    ),
+    ("Paris is in France.", ["Paris is in France."]),  # "in" comes after only 2 words
+    (
+        "The capital of France is Paris. The capital of Italy is Rome.",
+        ["The capital of France", "is Paris.", "The capital of Italy is Rome."],  # first only
+    ),
+    ("The capital of France, in short, is Paris.", ["The capital of France,", "in short, is Paris."]),
+    ("The capital of France is, of course, Paris.", ["The capital of France", "is, of course, Paris."]),
+    ("The capital city of France isn't Lyon.", ["The capital city of France", "isn't Lyon."]),
+    ("The capital city of France doesn\u2019t move.", ["The capital city of France", "doesn\u2019t move."]),
+    ("This is a small city (which I like).", ["This is a small city", "(which I like)."]),
+    ('He wrote a book "about cats" once.', ["He wrote a book", '"about cats" once.']),
+    ("We wrote a long in-depth report.", ["We wrote a long in-depth report."]),
+    ("It was a great issue today.", ["It was a great issue today."]),  # "is" is only a prefix
+    ("It was a great ISSUE TODAY OR NOT.", ["It was a great ISSUE TODAY", "OR NOT."]),
+    ("The capital of France is", ["The capital of France", "is"]),  # the stream's end ends "is"
+    ("The capital of France \nis Paris.", ["The capital of France", "is Paris."]),
+    ("Mr. Smith met Dr. Jones and Mrs. Brown.", ["Mr. Smith met Dr. Jones", "and Mrs. Brown."]),
+    # sentence ends, clause marks, cleaning
     ("Sure! The capital of France is Paris.", ["Sure!", "The capital of France is Paris."]),
     (
         "The capital of France, a large country, is Paris.",
@@ -30,12 +55,12 @@ CASES: list[tuple[str, list[str]]] = [
     ("Hi, Paris is big.", ["Hi, Paris is big."]),
     (
         "Pi is about 3.14 and e is 2.72. Nice.",
-        ["Pi is about 3.14 and e is 2.72.", "Nice."],
+        ["Pi is about 3.14", "and e is 2.72.", "Nice."],
     ),
     ("The answer is 3.5 not 3. Right.", ["The answer is 3.5 not 3.", "Right."]),
     (
-        "Mr. Smith met Dr. Jones and Mrs. Brown on Main St. today. They talked.",
-        ["Mr. Smith met Dr. Jones and Mrs. Brown on Main St. today.", "They talked."],
+        "Sure. Mr. Smith met Dr. Jones and Mrs. Brown on Main St. today. They talked.",
+        ["Sure.", "Mr. Smith met Dr. Jones and Mrs. Brown on Main St. today.", "They talked."],
     ),
     ("Apple vs. Google is old news. Yes.", ["Apple vs. Google is old news.", "Yes."]),
     (
@@ -99,8 +124,7 @@ CASES: list[tuple[str, list[str]]] = [
             # later: sentences, cut at a clause mark only past 20 words
             "Paris is known for art, food, fashion and the Eiffel Tower, which was built "
             "in 1889 for the World Fair,",
-            "and it attracts millions of visitors every single year, "
-            "especially in spring and summer.",
+            "and it attracts millions of visitors every single year, especially in spring and summer.",
         ],
     ),
 ]
@@ -215,13 +239,80 @@ def test_force_split_at_max_words_waits_for_the_word_to_end() -> None:
 def test_chunker_is_reusable_after_flush() -> None:
     chunker = ClauseChunker(4)
     assert run(chunker, ["- Paris, the capital city of France, is big"]) == [
-        "Paris, the capital city of France,",
-        "is big",
+        "Paris, the capital city",  # first phrase
+        "of France, is big",
     ]
-    assert run(chunker, ["1. Rome, the capital of Italy, is old."]) == [
-        "Rome, the capital of Italy,",
-        "is old.",
+    assert run(chunker, ["1. Rome, the capital of Italy, is old, as you know"]) == [
+        "Rome, the capital of Italy,",  # a new reply: eager again
+        "is old, as you know",
     ]
+    assert run(chunker, ["The capital of Italy is Rome."]) == ["The capital of Italy", "is Rome."]
+
+
+def test_first_phrase_split_waits_for_the_whole_next_word() -> None:
+    chunker = ClauseChunker(4)
+    assert chunker.push("The capital of France") == []
+    assert chunker.push(" i") == []
+    assert chunker.push("s") == []  # "is" or "island"?
+    assert chunker.push(" Paris") == ["The capital of France"]
+    assert chunker.push(". The capital of Italy is") == ["is Paris."]
+    assert chunker.push(" Rome") == []  # only the first clause of a reply
+    assert chunker.flush() == ["The capital of Italy is Rome"]
+
+    chunker = ClauseChunker(4)
+    assert chunker.push("The capital of France is") == []
+    assert chunker.push(",") == ["The capital of France"]  # punctuation ends the word too
+    assert chunker.push(" of course,") == []
+    assert chunker.flush() == ["is, of course,"]
+
+
+def test_first_phrase_split_can_be_disabled() -> None:
+    chunker = ClauseChunker(4, first_phrase_split=False)
+    for text in [
+        "The capital of France is Paris.",
+        "Pi is about 3.14 and e is 2.72.",
+        "Mr. Smith met Dr. Jones and Mrs. Brown on Main St. today.",
+    ]:
+        assert run(chunker, [text]) == [text]
+
+
+def test_first_phrase_split_needs_min_clause_words() -> None:
+    text = "One is two three is four five."
+    assert run(ClauseChunker(1), [text]) == ["One", "is two three is four five."]
+    assert run(ClauseChunker(2), [text]) == ["One is two three", "is four five."]
+    assert run(ClauseChunker(4), [text]) == ["One is two three", "is four five."]
+    assert run(ClauseChunker(5), [text]) == [text]
+
+
+# (max_clause_chars, text, expected clauses) with min_clause_words=4
+CHAR_LIMIT_CASES: list[tuple[int, str, list[str]]] = [
+    (200, "1" * 450, ["1" * 200, "1" * 200, "1" * 50]),  # the default limit
+    (10, "The value is 100000000000000000000000.", ["The value", "is", "1000000000", "0000000000", "0000."]),
+    (10, "One 100000000000000000000000", ["One", "1000000000", "0000000000", "0000"]),
+    (20, "aaaa bbbb cccc dddd eeee ffff.", ["aaaa bbbb cccc dddd", "eeee ffff."]),
+    (19, "aaaa bbbb cccc dddd eeee ffff.", ["aaaa bbbb cccc dddd", "eeee ffff."]),  # exactly 19
+    (18, "aaaa bbbb cccc dddd eeee ffff.", ["aaaa bbbb cccc", "dddd eeee ffff."]),
+    (10, "   \n  12345678901234", ["1234567890", "1234"]),  # counted from the first visible char
+    (10, "Hmm" + "." * 30 + " ok", ["Hmm.......", "... ok"]),  # unspeakable cuts are dropped
+    (10, "!" * 25 + "Yes sir.", ["!!!!!Yes", "sir."]),
+    # "..." after "sir" would need the 11th character to decide: cut at the whitespace instead
+    (10, "Yes, sir... I mean ok.", ["Yes,", "sir...", "I mean ok."]),
+    (40, "Yes. " + "x" * 100, ["Yes.", "x" * 40, "x" * 40, "x" * 20]),
+]
+
+
+@pytest.mark.parametrize(("max_chars", "text", "expected"), CHAR_LIMIT_CASES)
+def test_max_clause_chars(max_chars: int, text: str, expected: list[str]) -> None:
+    for split in [whole, *SPLITTERS]:
+        assert run(ClauseChunker(4, max_clause_chars=max_chars), split(text)) == expected, split(text)
+
+
+def test_text_without_whitespace_is_spoken_while_it_streams() -> None:
+    chunker = ClauseChunker(4, max_clause_chars=10)
+    assert [chunker.push("0") for _ in range(10)] == [[]] * 10
+    assert chunker.push("0") == ["0" * 10]  # the 11th character: the clause is too long
+    assert chunker.push("0" * 20) == ["0" * 10, "0" * 10]
+    assert chunker.flush() == ["0"]
 
 
 @pytest.mark.parametrize(
@@ -245,9 +336,10 @@ def test_clean_for_speech(text: str, expected: str) -> None:
         ({"min_clause_words": 0}, "min_clause_words"),
         ({"min_clause_words": 5, "max_clause_words": 4}, "max_clause_words"),
         ({"min_clause_words": 5, "later_clause_words": 4}, "later_clause_words"),
+        ({"min_clause_words": 1, "max_clause_chars": 0}, "max_clause_chars"),
     ],
 )
-def test_bad_arguments(kwargs: dict[str, int], message: str) -> None:
+def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ClauseChunker(**kwargs)
 
@@ -255,7 +347,8 @@ def test_bad_arguments(kwargs: dict[str, int], message: str) -> None:
 _VOCAB = (
     "Paris|is|the|capital|of|France|Mr.|Dr.|e.g.|J.|3.5|3.|1,000|p.m.|U.S.|wait...what|"
     'well...|…|Yes!|Why?|ok,|so;|note:|—|(see|it)|"Stop."|**bold**|`code`|🎉|\n|\n- |'
-    "\n1. |\n# |  |-5|#1|etc.|I."
+    "\n1. |\n# |  |-5|#1|etc.|I.|and|which|(which|isn't|in-depth|that\u2019s|Is|is,|"
+    "100000000000000000|wait...........|!!!!!!!!!!!!"
 ).split("|")
 
 
@@ -271,3 +364,19 @@ def test_random_texts_are_split_the_same_whatever_the_deltas(seed: int) -> None:
     cleaned = _no_space(clean_for_speech(text))
     assert cleaned.startswith(joined)
     assert not is_speakable(cleaned[len(joined) :])
+
+
+def _alnum(text: str) -> str:
+    return "".join(ch for ch in text if ch.isalnum())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_texts_with_a_small_char_limit(seed: int) -> None:
+    rng = random.Random(seed)
+    text = " ".join(rng.choice(_VOCAB) for _ in range(rng.randint(1, 60)))
+    expected = run(ClauseChunker(2, 12, max_clause_chars=15), [text])
+    for split in SPLITTERS:
+        assert run(ClauseChunker(2, 12, max_clause_chars=15), split(text)) == expected, (text, split(text))
+    assert all(is_speakable(clause) and len(clause) <= 15 for clause in expected)
+    # only unspeakable text may be dropped (a tail, or a cut of symbols only)
+    assert _alnum(" ".join(expected)) == _alnum(clean_for_speech(text))

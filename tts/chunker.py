@@ -6,7 +6,7 @@ back cleaned for speech (markdown markers and emoji removed, whitespace
 collapsed). The result never depends on how the text was cut into deltas: a
 decision that needs text which has not arrived yet waits for it.
 
-Where a clause ends (on the cleaned text):
+Where a clause ends (on the cleaned text; the first rule met from the left wins):
 
 * **Sentence end** -- a run of ``. ? ! …`` (optionally followed by closing quotes
   or brackets) followed by whitespace, always, whatever the clause's length:
@@ -26,11 +26,27 @@ Where a clause ends (on the cleaned text):
   spoken in whole sentences with natural prosody -- the LLM runs far ahead of
   playback by then, splitting more would gain nothing -- and only long
   sentences are cut at a comma.
+* **First phrase** -- only for the first clause of a reply (until a clause has
+  been emitted) and only with ``first_phrase_split`` (the default): once the
+  clause has ``min_clause_words`` words, before the next word that starts a
+  phrase -- a verb auxiliary, preposition, conjunction or relative word, see
+  :data:`PHRASE_STARTS` (matched lower-case, after opening quotes or brackets;
+  a typographic apostrophe U+2019 reads as ``'``). ``The capital of France is Paris.`` gives ``The capital
+  of France`` + ``is Paris.``: typical first sentences have no comma, and a
+  short first clause is ready and synthesized sooner. Deciding needs the whole
+  next word (the character after it), which costs about one LLM token.
 * **Length** -- at the first word boundary after ``max_clause_words`` words.
+* **Characters** -- a clause never holds more than ``max_clause_chars``
+  characters (from its first visible one; default 200), so a run without
+  whitespace (``100000000…``) is still spoken while it streams: once more text
+  is pending, the clause is cut at its last whitespace, or, if it has none,
+  right at the limit. Rules that would need text beyond the limit to decide are
+  not waited for.
 
 A clause without speakable content (no letter or digit) is never emitted on its
 own: the punctuation joins the next clause, and :meth:`flush` drops a remainder
-such as a lone ``"..."``.
+such as a lone ``"..."``; a character cut with nothing speakable before it
+(``!!!!…``) is dropped too.
 
 Cleaning: ``*`` and backticks are removed everywhere, emoji (pictographs,
 dingbats, flags, variation selectors, joiners, keycaps) too; at the start of a
@@ -42,7 +58,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ClauseChunker", "clean_for_speech", "is_speakable", "strip_symbols"]
+__all__ = ["PHRASE_STARTS", "ClauseChunker", "clean_for_speech", "is_speakable", "strip_symbols"]
 
 _SENTENCE_END = frozenset(".?!…")
 _CLAUSE_MARKS = frozenset(",;:—\u2013")
@@ -51,6 +67,23 @@ _OPENERS = "\"'([{«“\u2018"
 _NO_SPLIT_AFTER = frozenset(
     {"mr", "mrs", "ms", "dr", "st", "prof", "jr", "sr", "mt", "vs", "e.g", "i.e", "cf"}
 )
+#: words before which the first clause of a reply may end (see the module doc)
+PHRASE_STARTS = frozenset(
+    {
+        # verbs and auxiliaries: "The capital of France | is Paris."
+        *"am is are was were has have had do does did".split(),
+        *"can could will would shall should may might must".split(),
+        *"isn't aren't wasn't weren't hasn't haven't hadn't don't doesn't didn't".split(),
+        *"can't couldn't won't wouldn't shouldn't mustn't".split(),
+        # prepositions: "The first man to walk | on the Moon"
+        *"of in on at to for with from by about into after before since until".split(),
+        # conjunctions and relative words: "Paris is a city | that ..."
+        *"and but or so because if unless while although though".split(),
+        *"which that who whom whose where when".split(),
+    }
+)
+#: characters that continue a word (besides letters and digits): "isn't", "in-depth"
+_WORD_JOINERS = frozenset("'\u2019-")
 _DROPPED_CHARS = frozenset("*`\u200d\ufe0e\ufe0f\u20e3")
 #: inclusive code point ranges of emoji and pictographic symbols
 _EMOJI_RANGES = (
@@ -142,6 +175,8 @@ class ClauseChunker:
         max_clause_words: int = 40,
         *,
         later_clause_words: int | None = None,
+        first_phrase_split: bool = True,
+        max_clause_chars: int = 200,
     ) -> None:
         if min_clause_words < 1:
             raise ValueError("min_clause_words must be >= 1")
@@ -151,13 +186,17 @@ class ClauseChunker:
             later_clause_words = max(min_clause_words, max_clause_words // 2)
         if later_clause_words < min_clause_words:
             raise ValueError("later_clause_words must be >= min_clause_words")
+        if max_clause_chars < 1:
+            raise ValueError("max_clause_chars must be >= 1")
         self._min_words = min_clause_words
         self._max_words = max_clause_words
         self._later_words = later_clause_words
+        self._first_phrase_split = first_phrase_split
+        self._max_chars = max_clause_chars
         self._cleaner = _Cleaner()
         self._buf = ""  # cleaned text of the clause being built (and lookahead)
         self._pos = 0  # next index of _buf to examine
-        self._words_emitted = 0
+        self._words_emitted = 0  # in this reply; 0 until its first clause is emitted
 
     def push(self, delta: str) -> list[str]:
         """Feed the next text delta; returns the clauses it completed (maybe none)."""
@@ -186,17 +225,28 @@ class ClauseChunker:
             clause = _normalize_space(self._buf[:end])
             self._buf = self._buf[end:]
             self._pos = 0
-            self._words_emitted += _word_count(clause)
-            clauses.append(clause)
+            if is_speakable(clause):  # only a character cut can give an unspeakable one
+                self._words_emitted += _word_count(clause)
+                clauses.append(clause)
 
     def _next_boundary(self, *, final: bool) -> int | None:
         """End index of the first complete clause in ``_buf``, or None (advances ``_pos``)."""
         s = self._buf
+        limit = len(s) - len(s.lstrip()) + self._max_chars  # index of the first char too many
+        if len(s) <= limit:
+            return self._scan(len(s), final=final)
+        # Too long: look no further than the limit; what stays undecided there is cut.
+        end = self._scan(limit + 1, final=False)
+        return self._char_cut(limit) if end is None else end
+
+    def _scan(self, n: int, *, final: bool) -> int | None:
+        """Like :meth:`_next_boundary`, on ``_buf[:n]`` (``final``: nothing follows it)."""
+        s = self._buf
         i = self._pos
-        while i < len(s):
+        while i < n:
             ch = s[i]
             if ch in _SENTENCE_END or ch in _CLAUSE_MARKS:
-                decision = self._at_punctuation(i, final=final)
+                decision = self._at_punctuation(i, n, final=final)
                 if decision is None:  # needs text that has not arrived yet
                     self._pos = i
                     return None
@@ -206,23 +256,32 @@ class ClauseChunker:
                 continue
             if ch == "\n" and is_speakable(s[:i]):
                 return i + 1
-            if ch.isspace() and _word_count(s[:i]) >= self._max_words:
-                return i
+            if ch.isspace():
+                words = _word_count(s[:i])
+                if words >= self._max_words:
+                    return i
+                if words >= self._min_words and self._first_phrase_split and self._words_emitted == 0:
+                    starts = self._phrase_starts_after(i, n, final=final)
+                    if starts is None:
+                        self._pos = i
+                        return None
+                    if starts:
+                        return i
             i += 1
         self._pos = i
         return None
 
-    def _at_punctuation(self, i: int, *, final: bool) -> int | None:
+    def _at_punctuation(self, i: int, n: int, *, final: bool) -> int | None:
         """Split index (> 0), or -(index to resume at) for no split, or None if undecided."""
         s = self._buf
         run_chars = _SENTENCE_END if s[i] in _SENTENCE_END else _CLAUSE_MARKS
         j = i
-        while j < len(s) and s[j] in run_chars:
+        while j < n and s[j] in run_chars:
             j += 1
         run = s[i:j]
-        while j < len(s) and s[j] in _CLOSERS:
+        while j < n and s[j] in _CLOSERS:
             j += 1
-        if j == len(s):
+        if j == n:
             return -j if final else None
         if not s[j].isspace() or not is_speakable(s[:i]):
             return -j
@@ -232,15 +291,41 @@ class ClauseChunker:
             return -j
         if set(run) <= {".", "…"}:  # maybe an abbreviation or a pause: look at what follows
             k = j
-            while k < len(s) and s[k].isspace():
+            while k < n and s[k].isspace():
                 k += 1
             if "\n" in s[j:k]:
                 return j
-            if k == len(s):
+            if k == n:
                 return -j if final else None
             if s[k].islower():
                 return -j
         return j
+
+    def _phrase_starts_after(self, i: int, n: int, *, final: bool) -> bool | None:
+        """True if the word after the whitespace at ``i`` is in PHRASE_STARTS; None if undecided."""
+        s = self._buf
+        k = i
+        while k < n and s[k].isspace():
+            if s[k] == "\n":  # the line break ends the clause anyway
+                return False
+            k += 1
+        while k < n and s[k] in _OPENERS:
+            k += 1
+        end = k
+        while end < n and (s[end].isalnum() or s[end] in _WORD_JOINERS):
+            end += 1
+        if end == n and not final:  # the word may go on
+            return None
+        return s[k:end].lower().replace("\u2019", "'") in PHRASE_STARTS
+
+    def _char_cut(self, limit: int) -> int:
+        """Where a clause reaching index ``limit`` is cut: its last whitespace, else the limit."""
+        s = self._buf
+        start = len(s) - len(s.lstrip())
+        for i in range(limit, start, -1):
+            if s[i].isspace():
+                return i
+        return limit
 
     def _clause_mark_words(self) -> int:
         if self._words_emitted < self._later_words:
