@@ -11,6 +11,8 @@
 * :class:`RecordingTransport` -- a :class:`voice_pipeline.transport.Transport`
   that records everything and plays audio into a :class:`Playout` on the fake clock.
 * :class:`Driver` -- pushes 20 ms chunks of synthetic input with explicit timestamps.
+* :class:`EchoRoom` -- the listener's loudspeaker heard again by the microphone: what the
+  transport played, delayed and attenuated, mixed into the driver's input.
 """
 
 from __future__ import annotations
@@ -351,6 +353,12 @@ class RecordingTransport:
     def clears(self, turn_id: int) -> list[int]:
         return [pos for kind, tid, pos in self.log if kind == "clear" and tid == turn_id]
 
+    def heard(self, turn_id: int) -> NDArray[np.int16]:
+        """Every sample of ``turn_id`` the listener played (or will play), in playback order."""
+        chunks = sorted((c for c in self.playout.chunks if c.turn_id == turn_id), key=lambda c: c.start)
+        parts = [c.pcm if c.cut is None else c.pcm[: c.cut] for c in chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+
 
 # ---------------------------------------------------------------- wiring
 
@@ -406,6 +414,24 @@ class Fakes:
         return Engines(vad=self.vad, asr=self.asr, llm=self.llm, tts=self.tts)
 
 
+@dataclass(slots=True)
+class EchoRoom:
+    """A loudspeaker next to the microphone: the transport's playout comes back into the
+    input ``delay_ms`` later at ``gain_db``. The transport must play at the input rate."""
+
+    transport: RecordingTransport
+    delay_ms: float = 100.0
+    gain_db: float = -6.0
+
+    def echo(self, start: int, end: int, origin_ns: int) -> NDArray[np.float32]:
+        """Echo for input samples [start, end), input sample 0 captured at ``origin_ns``."""
+        assert self.transport.output_rate_hz == RATE
+        offset = (origin_ns - self.transport.origin_ns) * RATE // 1_000_000_000
+        delay = round(self.delay_ms * RATE / 1000)
+        played = self.transport.playout.window(start + offset - delay, end + offset - delay)
+        return (played.astype(np.float32) * np.float32(10 ** (self.gain_db / 20) / 32768)).astype(np.float32)
+
+
 class Driver:
     """Feeds a session 20 ms chunks stamped with the fake clock, letting the loop run between."""
 
@@ -420,6 +446,8 @@ class Driver:
         self.thread_wait_s = 0.25
         #: when input sample 0 was captured: chunks are stamped ``origin + samples fed``
         self.origin_ns = clock()
+        #: when set, every chunk pushed carries the echo of what the listener played
+        self.room: EchoRoom | None = None
 
     async def settle(self) -> None:
         """Let runnable tasks run, and worker-thread decodes/syntheses come back."""
@@ -439,7 +467,9 @@ class Driver:
 
     async def push(self, chunk: NDArray[np.float32]) -> None:
         self.clock.advance(round(len(chunk) * 1e9 / RATE))
-        self.samples_fed += len(chunk)
+        start, self.samples_fed = self.samples_fed, self.samples_fed + len(chunk)
+        if self.room is not None:
+            chunk = (chunk + self.room.echo(start, self.samples_fed, self.origin_ns)).astype(np.float32)
         await self.session.push_audio(chunk, self.clock())  # t_ns: capture time of its last sample
         await self.settle()
 

@@ -10,6 +10,7 @@ import pytest
 
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.ledger import (
+    BARGE_IN_STOP,
     CRITICAL_PATH,
     STAGES,
     TOTAL,
@@ -73,7 +74,9 @@ def test_stage_table_is_a_consecutive_chain_ending_in_the_total() -> None:
         assert a.end is b.start
     assert CRITICAL_PATH[0].start is TOTAL.start
     assert CRITICAL_PATH[-1].end is TOTAL.end
-    assert STAGES == (*CRITICAL_PATH, TOTAL)
+    # barge_in_stop is off the critical path: it comes after the total
+    assert STAGES == (*CRITICAL_PATH, TOTAL, BARGE_IN_STOP)
+    assert (BARGE_IN_STOP.start, BARGE_IN_STOP.end) == (Mark.BARGE_IN_ONSET, Mark.FLUSH_SENT)
 
 
 def test_stage_durations() -> None:
@@ -124,7 +127,8 @@ MISSING: list[tuple[set[Mark], set[str]]] = [
 def test_missing_marks_leave_their_stages_out(missing: set[Mark], absent: set[str]) -> None:
     marks = {m: t for m, t in WITHIN.items() if m not in missing}
     stages = ledger_with(marks).stages_ms()
-    assert set(stages) == {s.name for s in STAGES} - absent
+    # a turn nobody interrupted has no barge_in_stop stage
+    assert set(stages) == {s.name for s in STAGES} - absent - {"barge_in_stop"}
 
 
 def test_first_mark_wins() -> None:
@@ -220,6 +224,88 @@ def test_breach_uses_the_configured_budget() -> None:
     led = TurnLedger(1, tight)
     led.mark(Mark.SPEECH_END, T0)
     assert led.mark(Mark.ENDPOINT, T0 + 101 * MS) == [BudgetBreach("endpointing", 101.0, 100.0)]
+
+
+# ---------------------------------------------------------------- barge-in
+
+#: a reply the user spoke over 1.2 s after it started: paused 180 ms after the onset,
+#: confirmed later, LLM and TTS stopped with the cancellation
+BARGE_IN: dict[Mark, int] = {
+    **{m: t for m, t in WITHIN.items() if m not in (Mark.LAST_AUDIO_SENT, Mark.TURN_END)},
+    Mark.BARGE_IN_ONSET: 3000,
+    Mark.FLUSH_SENT: 3180,
+    Mark.BARGE_IN_CONFIRMED: 3700,
+    Mark.LLM_ABORTED: 3701,
+    Mark.TTS_STOPPED: 3701,
+    Mark.TURN_END: 3702,
+}
+BARGE_IN_ORDER = (
+    *(m for m in ORDER if m in BARGE_IN and m is not Mark.TURN_END),
+    Mark.BARGE_IN_ONSET,
+    Mark.FLUSH_SENT,
+    Mark.BARGE_IN_CONFIRMED,
+    Mark.LLM_ABORTED,
+    Mark.TTS_STOPPED,
+    Mark.TURN_END,
+)
+
+
+def test_barge_in_stop_is_onset_to_flush_and_leaves_the_critical_path_alone() -> None:
+    led = TurnLedger(1, BUDGET)
+    for mark in BARGE_IN_ORDER:
+        assert led.mark(mark, T0 + BARGE_IN[mark] * MS) == [], mark
+    stages = led.stages_ms()
+    assert stages["barge_in_stop"] == 180.0
+    assert {k: v for k, v in stages.items() if k != "barge_in_stop"} == ledger_with(WITHIN).stages_ms()
+    rec = led.finish(user_text="q", assistant_text="a b", heard_text="a", interrupted=True, audio_heard_s=1.2)
+    assert list(rec.marks_ns) == [str(m) for m in BARGE_IN_ORDER]
+
+
+@pytest.mark.parametrize(
+    ("flush_ms", "expected"),
+    [(250, []), (251, [BudgetBreach("barge_in_stop", 251.0, 250.0)])],
+)
+def test_barge_in_stop_breach_is_reported_at_the_flush(flush_ms: int, expected: list[BudgetBreach]) -> None:
+    led = TurnLedger(1, BUDGET)
+    assert led.mark(Mark.BARGE_IN_ONSET, T0) == []
+    assert led.mark(Mark.FLUSH_SENT, T0 + flush_ms * MS) == expected
+    # the later barge-in marks end no stage
+    for mark in (Mark.BARGE_IN_CONFIRMED, Mark.LLM_ABORTED, Mark.TTS_STOPPED):
+        assert led.mark(mark, T0 + 10_000 * MS) == []
+
+
+def test_a_second_pause_of_the_same_reply_does_not_move_barge_in_stop() -> None:
+    led = TurnLedger(1, BUDGET)
+    led.mark(Mark.BARGE_IN_ONSET, T0)
+    led.mark(Mark.FLUSH_SENT, T0 + 200 * MS)
+    # resumed after a backchannel, paused again later: the first pause is the one measured
+    assert led.mark(Mark.BARGE_IN_ONSET, T0 + 5_000 * MS) == []
+    assert led.mark(Mark.FLUSH_SENT, T0 + 5_900 * MS) == []
+    assert led.stages_ms() == {"barge_in_stop": 200.0}
+
+
+def test_false_interruptions_and_interruption_kind_reach_the_record() -> None:
+    led = TurnLedger(4, BUDGET)
+    rec = led.finish(user_text="", assistant_text="", heard_text="", interrupted=False, audio_heard_s=0.0)
+    assert (rec.false_interruptions, rec.interruption) == (0, None)
+    d = rec.as_dict()
+    assert (d["false_interruptions"], d["interruption"]) == (0, None)
+
+    led.false_interruptions = 2
+    led.interruption = "backchannel"
+    rec = led.finish(user_text="uh-huh", assistant_text="", heard_text="", interrupted=False, audio_heard_s=0)
+    assert (rec.false_interruptions, rec.interruption) == (2, "backchannel")
+    d = rec.as_dict()
+    assert (d["false_interruptions"], d["interruption"]) == (2, "backchannel")
+
+
+def test_session_summary_reports_barge_in_stop_against_its_budget() -> None:
+    sl = SessionLedger(BUDGET)
+    sl.add(record(1, {"voice_to_voice": 700.0}))
+    sl.add(record(2, {"voice_to_voice": 600.0, "barge_in_stop": 180.0}))
+    summary = sl.summary()
+    assert list(summary) == ["voice_to_voice", "barge_in_stop"]
+    assert summary["barge_in_stop"] == {"n": 1.0, "p50": 180.0, "p95": 180.0, "p99": 180.0, "budget": 250.0}
 
 
 # ---------------------------------------------------------------- percentiles

@@ -21,6 +21,7 @@ import pytest
 from fakes import (
     RATE,
     Driver,
+    EchoRoom,
     FakeClock,
     Fakes,
     RecordingTransport,
@@ -28,6 +29,7 @@ from fakes import (
     tone,
     word_deltas,
 )
+from numpy.typing import NDArray
 
 from llm.base import ChatMessage
 from tts.chunker import ClauseChunker
@@ -82,11 +84,13 @@ class Harness:
             await asyncio.sleep(0.001)
 
 
-def make_harness(cfg: Config | None = None, fakes: Fakes | None = None) -> Harness:
+def make_harness(
+    cfg: Config | None = None, fakes: Fakes | None = None, *, output_rate_hz: int | None = None
+) -> Harness:
     cfg = base_config() if cfg is None else cfg
     fakes = Fakes() if fakes is None else fakes
     clock = FakeClock()
-    transport = RecordingTransport(clock, output_rate_hz=fakes.tts.sample_rate_hz)
+    transport = RecordingTransport(clock, output_rate_hz=output_rate_hz or fakes.tts.sample_rate_hz)
     session = Session(fakes.engines(), cfg, transport, clock=clock)
     return Harness(clock, fakes, transport, session, Driver(session, clock, fakes), cfg)
 
@@ -266,42 +270,84 @@ async def test_partial_transcripts_only_while_the_user_speaks() -> None:
 
 # ---------------------------------------------------------------- barge-in
 
+PAUSE_FRAMES = math.ceil(200 / 32)  # barge_in.min_speech_ms of 32 ms VAD frames
+CONFIRM_FRAMES = math.ceil(800 / 32)  # barge_in.confirm_speech_ms
 
-async def test_speech_during_a_reply_cancels_it_and_the_new_turn_proceeds(h: Harness) -> None:
+
+def after_voiced_frames(d: Driver, onset_ns: int, frames: int) -> int:
+    """When the chunk completing ``frames`` voiced VAD frames from ``onset_ns`` was pushed."""
+    onset = round((onset_ns - d.origin_ns) * RATE / 1e9)
+    assert onset % FRAME == 0
+    return d.t_of_sample(math.ceil((onset + frames * FRAME) / CHUNK) * CHUNK)
+
+
+def position_at(t: RecordingTransport, t_ns: int) -> int:
+    return (t_ns - t.origin_ns) * t.output_rate_hz // 1_000_000_000
+
+
+def reply_audio(h: Harness) -> NDArray[np.int16]:
+    """Every sample the TTS synthesized, in order (the fake TTS is deterministic)."""
+    return np.concatenate([h.fakes.tts.synthesize(text) for text in list(h.fakes.tts.texts)])
+
+
+async def hearing_the_reply(h: Harness, seconds: float = 0.6) -> None:
+    """Ask the first question and wait until ``seconds`` of the reply have played."""
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: h.transport.played_samples(1) >= seconds * 22050)
+    assert not h.transport.of(ev.ReplyPaused)
+
+
+async def test_words_over_a_reply_pause_it_at_once_then_interrupt_it(h: Harness) -> None:
     t, d, llm = h.transport, h.driver, h.fakes.llm
     llm.hold_after(8)  # the LLM is still streaming when the user barges in
-    await d.speak(0.5)
-    await d.quiet_until(lambda: t.played_samples(1) >= 0.6 * 22050)
+    await hearing_the_reply(h)
     first_clause = clauses_of(REPLY, h.cfg.tts.min_clause_words)[0]
     assert h.fakes.tts.texts == [first_clause]
     assert llm.unfinished_requests() == 1
 
     h.fakes.asr.text = "tell me more"
-    await d.speak_until(lambda: bool(t.of(ev.SpeechStarted, 2)))
-    # cancelled at once: flushed, interrupted, aborted -- before the new turn's event
+    await d.speak_until(lambda: bool(t.of(ev.ReplyPaused, 1)))
+    # paused at once: the listener is flushed, but nothing is cancelled yet
+    paused = t.of(ev.ReplyPaused, 1)[0]
+    assert t.events.index(t.of(ev.SpeechStarted, 2)[0]) < t.events.index(paused)
+    assert t.clears(1) == [position_at(t, paused.t_ns)]
+    assert t.of(ev.ReplyInterrupted) == []
+    assert llm.aborted == []
+    assert llm.unfinished_requests() == 1
+    played = t.played_samples(1)
+    assert played == t.clears(1)[0] - t.playout.chunks[0].start
+
+    await d.speak(0.2)  # well under confirm_speech_ms: the words decide
+    await d.quiet_until(lambda: h.completed(1))
     interrupted = t.of(ev.ReplyInterrupted, 1)
-    assert len(interrupted) == 1
-    assert interrupted[0].reason == "user speech"
-    assert t.events.index(interrupted[0]) < t.events.index(t.of(ev.SpeechStarted, 2)[0])
-    started2 = t.of(ev.SpeechStarted, 2)[0]
-    assert t.clears(1) == [(started2.t_ns - t.origin_ns) * 22050 // 1_000_000_000]
+    assert [i.reason for i in interrupted] == ["barge-in"]
+    assert t.events.index(t.of(ev.TranscriptFinalized, 2)[0]) < t.events.index(interrupted[0])
     await d.settle()
     assert llm.aborted == [h.llm_requests[0]]
-    assert llm.unfinished_requests() == 0
+    assert llm.unfinished_requests() == 1  # only the new turn's (held) request
 
     rec1 = h.record(1)
     assert rec1.interrupted
+    assert rec1.false_interruptions == 0
     assert rec1.assistant_text == " ".join(REPLY.split()[:8])
     heard = rec1.heard_text.split()
     assert 0 < len(heard) < len(first_clause.split())
     assert heard == REPLY.split()[: len(heard)]
-    # what was heard is exactly what played up to the flush
-    played = t.played_samples(1)
-    assert played == t.clears(1)[0] - t.playout.chunks[0].start
+    # what was heard is exactly what played up to the pause's flush
+    assert t.played_samples(1) == played
     assert rec1.work.audio_heard_s == pytest.approx(played / 22050)
 
+    # ledger: onset of the interrupting speech -> flush; then confirmation and the abort
+    marks = rec1.marks_ns
+    assert marks["flush_sent"] == paused.t_ns
+    assert marks["flush_sent"] == after_voiced_frames(d, marks["barge_in_onset"], PAUSE_FRAMES)
+    assert rec1.stages_ms["barge_in_stop"] == (marks["flush_sent"] - marks["barge_in_onset"]) / 1e6
+    assert rec1.stages_ms["barge_in_stop"] <= h.cfg.budget.barge_in_stop_ms
+    assert marks["barge_in_confirmed"] == interrupted[0].t_ns
+    assert marks["barge_in_onset"] < marks["flush_sent"] < marks["barge_in_confirmed"]
+    assert marks["barge_in_confirmed"] <= marks["llm_aborted"] == marks["tts_stopped"]
+
     llm.release()
-    await d.speak(0.3)
     await d.quiet_until(lambda: h.completed(2))
     # nothing of turn 1 was sent after the flush, and nothing more of it played
     clear_at = t.log.index(("clear", 1, t.clears(1)[0]))
@@ -310,6 +356,8 @@ async def test_speech_during_a_reply_cancels_it_and_the_new_turn_proceeds(h: Har
 
     rec2 = h.record(2)
     assert not rec2.interrupted
+    assert rec2.interruption == "words"
+    assert rec2.marks_ns["speech_start"] == marks["barge_in_onset"]
     assert rec2.user_text == "tell me more"
     assert rec2.assistant_text == REPLY
     assert h.session.history == [
@@ -318,8 +366,228 @@ async def test_speech_during_a_reply_cancels_it_and_the_new_turn_proceeds(h: Har
         ChatMessage("user", "tell me more"),
         ChatMessage("assistant", rec2.heard_text),
     ]
+    # the new reply knows what the user heard of the old one
     assert llm.requests[1].messages[1:] == tuple(h.session.history[:3])
     assert llm.unfinished_requests() == 0
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+
+
+async def test_a_backchannel_pauses_the_reply_which_then_resumes_where_it_stopped(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    await hearing_the_reply(h)
+    h.fakes.asr.text = "uh-huh"
+    await d.speak(0.3)
+    assert len(t.of(ev.ReplyPaused, 1)) == 1
+    assert len(t.clears(1)) == 1
+    await d.quiet_until(lambda: bool(t.of(ev.ReplyResumed, 1)))
+    resumed = t.of(ev.ReplyResumed, 1)[0]
+    assert resumed.reason == "backchannel"
+    assert t.events.index(t.of(ev.TranscriptFinalized, 2)[0]) < t.events.index(resumed)
+    await d.quiet_until(lambda: h.completed(1))
+
+    assert t.of(ev.ReplyInterrupted) == []
+    assert llm.finished == h.llm_requests  # the reply's LLM request was never aborted
+    assert llm.aborted == []
+    rec1 = h.record(1)
+    assert not rec1.interrupted
+    assert rec1.false_interruptions == 1
+    assert rec1.assistant_text == REPLY
+    clauses = clauses_of(REPLY, h.cfg.tts.min_clause_words)
+    assert rec1.heard_text == " ".join(clauses)
+    assert "barge_in_stop" in rec1.stages_ms
+    assert "barge_in_confirmed" not in rec1.marks_ns
+    # the listener got every sample of the reply exactly once, in order
+    audio = reply_audio(h)
+    assert np.array_equal(t.heard(1), audio)
+    assert t.played_samples(1) == len(audio)
+    assert rec1.work.audio_heard_s == pytest.approx(len(audio) / 22050)
+
+    # the backchannel got no reply and stays out of the conversation
+    rec2 = h.record(2)
+    assert rec2.interruption == "backchannel"
+    assert rec2.user_text == "uh-huh"
+    assert rec2.assistant_text == ""
+    assert len(llm.requests) == 1
+    assert h.session.history == [
+        ChatMessage("user", "what is the answer"),
+        ChatMessage("assistant", " ".join(clauses)),
+    ]
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+    assert not h.session.busy
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"), [("", "no_words"), ("Sure, the answer is forty", "echo"), ("okay yeah", "backchannel")]
+)
+async def test_false_interruptions_resume_the_reply(h: Harness, text: str, kind: str) -> None:
+    t, d = h.transport, h.driver
+    await hearing_the_reply(h)
+    h.fakes.asr.text = text
+    await d.speak(0.3)
+    await d.quiet_until(lambda: h.completed(1))
+    assert [r.reason for r in t.of(ev.ReplyResumed, 1)] == [kind]
+    assert t.of(ev.ReplyInterrupted) == []
+    assert h.record(1).false_interruptions == 1
+    assert h.record(2).interruption == kind
+    assert np.array_equal(t.heard(1), reply_audio(h))
+    assert len(h.fakes.llm.requests) == 1
+
+
+async def test_two_backchannels_pause_and_resume_twice(h: Harness) -> None:
+    t, d = h.transport, h.driver
+    await hearing_the_reply(h)
+    h.fakes.asr.text = "mm-hmm"
+    for turn_id in (2, 3):
+        await d.speak(0.3)
+        await d.quiet_until(functools.partial(h.completed, turn_id))
+    await d.quiet_until(lambda: h.completed(1))
+    assert len(t.of(ev.ReplyPaused, 1)) == 2
+    assert len(t.of(ev.ReplyResumed, 1)) == 2
+    assert h.record(1).false_interruptions == 2
+    assert not h.record(1).interrupted
+    assert np.array_equal(t.heard(1), reply_audio(h))
+
+
+async def test_long_speech_confirms_before_the_utterance_ends(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    llm.hold_after(8)
+    await hearing_the_reply(h)
+    h.fakes.asr.text = "no no no tell me about something else entirely"
+    await d.speak_until(lambda: bool(t.of(ev.ReplyInterrupted, 1)), max_s=2.0)
+    interrupted = t.of(ev.ReplyInterrupted, 1)[0]
+    assert interrupted.reason == "barge-in: long speech"
+    assert t.of(ev.EndpointDetected, 2) == []  # the user is still speaking
+    assert t.events.index(t.of(ev.ReplyPaused, 1)[0]) < t.events.index(interrupted)
+    await d.settle()
+    assert llm.aborted == [h.llm_requests[0]]
+    assert llm.unfinished_requests() == 0
+    assert h.completed(1)
+
+    rec1 = h.record(1)
+    assert rec1.interrupted
+    marks = rec1.marks_ns
+    assert marks["flush_sent"] == after_voiced_frames(d, marks["barge_in_onset"], PAUSE_FRAMES)
+    assert marks["barge_in_confirmed"] == after_voiced_frames(d, marks["barge_in_onset"], CONFIRM_FRAMES)
+    assert marks["barge_in_confirmed"] == interrupted.t_ns
+    assert {"llm_aborted", "tts_stopped"} <= set(marks)
+
+    llm.release()
+    await d.speak(0.2)
+    await d.quiet_until(lambda: h.completed(2))
+    rec2 = h.record(2)
+    assert not rec2.interrupted
+    assert rec2.assistant_text == REPLY
+    assert rec2.interruption == "words"
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+
+
+async def test_explicit_interrupt_stops_at_once(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    llm.hold_after(8)
+    await hearing_the_reply(h)
+    played = t.played_samples(1)
+    now = h.clock()
+    h.session.interrupt()
+    # paused, flushed and interrupted before control returns: no await in between
+    assert types_of(t.events[-2:]) == [ev.ReplyPaused, ev.ReplyInterrupted]
+    assert t.of(ev.ReplyInterrupted, 1)[0].reason == "explicit interrupt"
+    assert t.clears(1)[0] == position_at(t, now)
+    await d.settle()
+    assert llm.aborted == [h.llm_requests[0]]
+    assert llm.unfinished_requests() == 0
+    h.session.interrupt()  # nothing left to interrupt
+    assert len(t.of(ev.ReplyInterrupted)) == 1
+
+    rec1 = h.record(1)
+    assert rec1.interrupted
+    assert rec1.work.audio_heard_s == pytest.approx(played / 22050)
+    assert rec1.heard_text.split() == REPLY.split()[: len(rec1.heard_text.split())]
+    assert rec1.marks_ns["barge_in_onset"] == rec1.marks_ns["flush_sent"] == now
+    assert rec1.stages_ms["barge_in_stop"] == 0.0
+    assert {"barge_in_confirmed", "llm_aborted", "tts_stopped"} <= set(rec1.marks_ns)
+
+    llm.release()
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(2))
+    assert h.record(2).assistant_text == REPLY
+    assert h.record(2).interruption is None  # nothing was audible when the user spoke
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+    assert not h.session.busy
+
+
+async def test_explicit_interrupt_while_thinking(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    llm.hold_after(0)
+    await d.speak(0.4)
+    await d.quiet_until(lambda: llm.unfinished_requests() == 1)
+    h.session.interrupt()
+    assert t.of(ev.ReplyPaused) == []  # nothing was playing
+    assert [i.reason for i in t.of(ev.ReplyInterrupted, 1)] == ["explicit interrupt"]
+    await d.settle()
+    assert llm.aborted == h.llm_requests
+    assert h.record(1).interrupted
+    assert h.record(1).heard_text == ""
+
+
+async def test_speech_before_the_reply_is_audible_cancels_it_at_once(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    llm.hold_after(0)  # thinking: no token, no audio yet
+    await d.speak(0.4)
+    await d.quiet_until(lambda: llm.unfinished_requests() == 1)
+    h.fakes.asr.text = "never mind"
+    await d.speak_until(lambda: bool(t.of(ev.SpeechStarted, 2)))
+    interrupted = t.of(ev.ReplyInterrupted, 1)
+    assert [i.reason for i in interrupted] == ["user speech before the reply was heard"]
+    assert t.events.index(interrupted[0]) < t.events.index(t.of(ev.SpeechStarted, 2)[0])
+    assert t.of(ev.ReplyPaused) == []
+    await d.settle()
+    assert llm.aborted == [h.llm_requests[0]]
+    assert llm.unfinished_requests() == 0
+    rec1 = h.record(1)
+    assert rec1.interrupted
+    assert rec1.heard_text == ""
+    assert "barge_in_onset" not in rec1.marks_ns
+
+    llm.release()
+    await d.speak(0.2)
+    await d.quiet_until(lambda: h.completed(2))
+    rec2 = h.record(2)
+    assert rec2.interruption is None
+    assert rec2.assistant_text == REPLY
+    assert h.session.history[-2:] == [ChatMessage("user", "never mind"), ChatMessage("assistant", REPLY)]
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+
+
+async def test_two_utterances_over_a_paused_reply_get_one_answer(h: Harness) -> None:
+    """The user says "wait", pauses, then "what about Paris": the second utterance starts
+    before the first is transcribed. The first one's reply is not audible yet, so the
+    second cancels it."""
+    t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
+    await hearing_the_reply(h)
+    asr.text = "wait"
+    asr.gate.clear()  # the first utterance's transcript is not back before the user goes on
+    d.thread_wait_s = 0.0
+    try:
+        await d.speak(0.3)
+        assert t.of(ev.ReplyPaused, 1)
+        await d.quiet_until(lambda: bool(t.of(ev.EndpointDetected, 2)))
+        asr.text = "what about Paris"
+        await d.speak_until(lambda: bool(t.of(ev.SpeechStarted, 3)))
+        await d.speak(0.1)
+    finally:
+        asr.gate.set()
+        d.thread_wait_s = 0.25
+    await d.quiet_until(lambda: h.completed(2) and h.completed(3))
+    await d.quiet_until(lambda: not h.session.busy)
+    answered = [tid for tid in (2, 3) if h.record(tid).assistant_text]
+    assert len(answered) == 1
+    assert len(llm.requests) == 2
+    assert h.record(1).interrupted
     await h.settle_tasks()
     assert h.session.unfinished_tasks() == 0
 
@@ -327,9 +595,11 @@ async def test_speech_during_a_reply_cancels_it_and_the_new_turn_proceeds(h: Har
 async def test_a_hundred_interruptions_leave_nothing_running(h: Harness) -> None:
     t, d, llm = h.transport, h.driver, h.fakes.llm
     llm.hold_after(8)
+    h.fakes.asr.text = "tell me more"
     n = 100
     # interrupt at different points of the reply: right after the endpoint, after the
-    # transcript, while the LLM streams, while audio plays
+    # transcript, while the LLM streams (speech cancels a reply nobody hears at once), and
+    # while audio plays: by long speech, by words, or by an explicit interrupt
     points: list[Callable[[int], bool]] = [
         lambda tid: bool(t.of(ev.EndpointDetected, tid)),
         lambda tid: bool(t.of(ev.TranscriptFinalized, tid)),
@@ -337,15 +607,23 @@ async def test_a_hundred_interruptions_leave_nothing_running(h: Harness) -> None
         lambda tid: t.played_samples(tid) > 0,
     ]
 
-    def started(tid: int) -> bool:
-        return bool(t.of(ev.SpeechStarted, tid))
+    def seen(kind: type[ev.Event], tid: int) -> Callable[[], bool]:
+        return lambda: bool(t.of(kind, tid))
 
     await d.speak(0.3)
     for i in range(n):
         tid = i + 1
         await d.quiet_until(functools.partial(points[i % 4], tid), max_s=2.0)
-        await d.speak_until(functools.partial(started, tid + 1))  # barge-in
-        await d.speak(0.1)
+        if i % 4 != 3 or i % 3 == 0:  # speech; long speech if the reply was audible
+            await d.speak_until(seen(ev.ReplyInterrupted, tid), max_s=2.0)
+            await d.speak(0.1)
+        elif i % 3 == 1:  # words: paused at once, interrupted once transcribed
+            await d.speak_until(seen(ev.ReplyPaused, tid))
+            await d.quiet_until(seen(ev.ReplyInterrupted, tid))
+        else:
+            h.session.interrupt()
+            await d.speak(0.3)
+        assert t.of(ev.SpeechStarted, tid + 1)
     llm.release()
     await d.quiet_until(lambda: h.completed(n + 1))
     await h.settle_tasks()
@@ -357,15 +635,98 @@ async def test_a_hundred_interruptions_leave_nothing_running(h: Harness) -> None
     assert [r.interrupted for r in records] == [True] * n + [False]
     assert len(t.of(ev.ReplyInterrupted)) == n
     assert len(t.of(ev.TurnCompleted)) == n + 1
+    assert t.of(ev.ReplyResumed) == []
     # every LLM request that started was either aborted or (the last one) finished
     assert llm.finished == [llm.started[-1]]
     assert sorted(llm.aborted) == sorted(llm.started[:-1])
     assert llm.failed == []
-    # every turn interrupted while its audio played was flushed, and heard a prefix
+    # every turn interrupted while its audio played was paused and flushed, and heard a prefix
     for i, rec in enumerate(records[:n]):
         if i % 4 == 3:
+            assert t.of(ev.ReplyPaused, rec.turn_id)
             assert t.clears(rec.turn_id)
+            assert "barge_in_stop" in rec.stages_ms
         assert rec.heard_text.split() == REPLY.split()[: len(rec.heard_text.split())]
+        assert rec.false_interruptions == 0
+
+
+# ---------------------------------------------------------------- echo
+
+
+def echo_harness(*, suppression: bool = True) -> Harness:
+    """Replies played at 16 kHz come back into the microphone 100 ms later at -6 dB."""
+    fakes = Fakes()
+    fakes.llm.reply = "It is noon in Paris. Anything else?"
+    cfg = base_config()
+    cfg = dataclasses.replace(cfg, barge_in=dataclasses.replace(cfg.barge_in, echo_suppression=suppression))
+    harness = make_harness(cfg, fakes, output_rate_hz=RATE)
+    harness.driver.room = EchoRoom(harness.transport, delay_ms=100.0, gain_db=-6.0)
+    return harness
+
+
+async def test_echo_of_the_reply_does_not_interrupt_it() -> None:
+    h = echo_harness()
+    t, d = h.transport, h.driver
+    try:
+        await d.speak(0.4)
+        await d.quiet_until(lambda: h.completed(1))
+        assert t.played_samples(1) > 0.5 * RATE
+        assert t.of(ev.ReplyPaused) == []
+        assert t.of(ev.ReplyInterrupted) == []
+        rec = h.record(1)
+        assert not rec.interrupted
+        assert rec.false_interruptions == 0
+        assert rec.heard_text == rec.assistant_text == h.fakes.llm.reply
+    finally:
+        await h.session.aclose()
+
+
+async def test_without_the_echo_gate_the_same_echo_pauses_the_reply() -> None:
+    """The control for the test above: the FakeVAD does hear the echo as speech."""
+    h = echo_harness(suppression=False)
+    t, d = h.transport, h.driver
+    try:
+        await d.speak(0.4)
+        await d.quiet_until(lambda: bool(t.of(ev.ReplyPaused, 1)) or h.completed(1))
+        assert t.of(ev.ReplyPaused, 1)
+    finally:
+        await h.session.aclose()
+
+
+async def test_user_speech_over_the_echo_still_pauses_the_reply() -> None:
+    h = echo_harness()
+    t, d = h.transport, h.driver
+    try:
+        await d.speak(0.4)
+        await d.quiet_until(lambda: t.played_samples(1) >= 0.4 * RATE)
+        h.fakes.asr.text = "tell me more"
+        await d.speak_until(lambda: bool(t.of(ev.ReplyPaused, 1)))
+        assert not h.completed(1)
+        assert t.of(ev.ReplyInterrupted) == []
+        await d.quiet_until(lambda: h.completed(2))
+        rec1 = h.record(1)
+        assert rec1.interrupted
+        marks = rec1.marks_ns
+        assert marks["flush_sent"] == after_voiced_frames(d, marks["barge_in_onset"], PAUSE_FRAMES)
+    finally:
+        await h.session.aclose()
+
+
+async def test_echo_tail_after_the_reply_ends_is_not_a_user_turn() -> None:
+    """The echo path delay (up to barge_in.echo_max_delay_ms) outlasts the reply: its
+    last 300 ms come back after playback ended, and must not start a user turn."""
+    h = echo_harness()
+    assert h.driver.room is not None
+    h.driver.room.delay_ms = 300.0
+    t, d = h.transport, h.driver
+    try:
+        await d.speak(0.4)
+        await d.quiet_until(lambda: h.completed(1))
+        await d.quiet(1.0)
+        assert t.of(ev.SpeechStarted, 2) == []
+        assert not h.record(1).interrupted
+    finally:
+        await h.session.aclose()
 
 
 async def test_burst_of_input_ending_a_turn_and_starting_the_next(h: Harness) -> None:

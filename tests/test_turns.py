@@ -11,7 +11,9 @@ from voice_pipeline.turns import BeginUserTurn, CancelReply, Command, Phase, Sta
 
 @dataclass(frozen=True)
 class Speech:
-    """The VAD heard speech start."""
+    """The VAD heard speech start; ``audible``: over a reply the user is hearing."""
+
+    audible: bool = False
 
 
 @dataclass(frozen=True)
@@ -26,18 +28,28 @@ class Finished:
     turn_id: int
 
 
-Call = Speech | End | Finished
+@dataclass(frozen=True)
+class Resumed:
+    """The paused reply of ``turn_id`` resumed after a false interruption."""
+
+    turn_id: int
+
+
+Call = Speech | End | Finished | Resumed
 Step = tuple[Call, list[Command], Phase]
 
 
 def apply(taker: TurnTaker, call: Call) -> list[Command]:
     match call:
-        case Speech():
-            return taker.speech_started()
+        case Speech(audible=audible):
+            return taker.speech_started(reply_audible=audible)
         case End():
             return taker.end_of_turn()
         case Finished(turn_id=tid):
             return taker.reply_finished(tid)
+        case Resumed(turn_id=tid):
+            taker.reply_resumed(tid)
+            return []
     raise AssertionError(call)  # pragma: no cover
 
 
@@ -63,30 +75,84 @@ SCRIPTS: dict[str, tuple[bool, list[Step]]] = {
             (Finished(2), [], LS),
         ],
     ),
-    "barge-in cancels the reply, then the new turn proceeds": (
+    "speech before the reply is heard cancels it, then the new turn proceeds": (
         True,
         [
             (Speech(), [BeginUserTurn(1)], US),
             (End(), [StartReply(1)], RE),
-            (Speech(), [CancelReply(1, "user speech"), BeginUserTurn(2)], US),
+            (Speech(), [CancelReply(1, "user speech before the reply was heard"), BeginUserTurn(2)], US),
             # the cancelled reply finishing later does not end the user's new turn
             (Finished(1), [], US),
             (End(), [StartReply(2)], RE),
             (Finished(2), [], LS),
         ],
     ),
-    "barge-in again and again": (
+    "speech before the reply is heard, again and again": (
         True,
         [
             (Speech(), [BeginUserTurn(1)], US),
             (End(), [StartReply(1)], RE),
-            (Speech(), [CancelReply(1, "user speech"), BeginUserTurn(2)], US),
+            (Speech(), [CancelReply(1, "user speech before the reply was heard"), BeginUserTurn(2)], US),
             (End(), [StartReply(2)], RE),
             (Finished(1), [], RE),  # late news of reply 1 does not end reply 2
-            (Speech(), [CancelReply(2, "user speech"), BeginUserTurn(3)], US),
+            (Speech(), [CancelReply(2, "user speech before the reply was heard"), BeginUserTurn(3)], US),
             (End(), [StartReply(3)], RE),
             (Finished(2), [], RE),
             (Finished(3), [], LS),
+        ],
+    ),
+    # speech over a reply the user hears is left to the barge-in logic (pause, then
+    # confirm or resume): turn-taking cancels nothing
+    "speech over an audible reply cancels nothing; the new turn's reply takes the floor": (
+        True,
+        [
+            (Speech(), [BeginUserTurn(1)], US),
+            (End(), [StartReply(1)], RE),
+            (Speech(audible=True), [BeginUserTurn(2)], US),
+            (End(), [StartReply(2)], RE),
+            # reply 1, cancelled once the interruption was confirmed, finishes later
+            (Finished(1), [], RE),
+            (Finished(2), [], LS),
+        ],
+    ),
+    "false interruption: the paused reply resumes and has the floor again": (
+        True,
+        [
+            (Speech(), [BeginUserTurn(1)], US),
+            (End(), [StartReply(1)], RE),
+            (Speech(audible=True), [BeginUserTurn(2)], US),
+            (End(), [StartReply(2)], RE),
+            (Resumed(1), [], RE),
+            (Finished(2), [], RE),  # the backchannel's turn ends without a reply
+            # speech over the resumed reply, before it is audible again, cancels it
+            (Speech(), [CancelReply(1, "user speech before the reply was heard"), BeginUserTurn(3)], US),
+            (Finished(1), [], US),
+            (End(), [StartReply(3)], RE),
+            (Finished(3), [], LS),
+        ],
+    ),
+    "resumed while the user speaks again keeps the user's floor": (
+        True,
+        [
+            (Speech(), [BeginUserTurn(1)], US),
+            (End(), [StartReply(1)], RE),
+            (Speech(audible=True), [BeginUserTurn(2)], US),
+            (End(), [StartReply(2)], RE),
+            (Speech(audible=True), [BeginUserTurn(3)], US),
+            (Resumed(1), [], US),
+            (End(), [StartReply(3)], RE),
+        ],
+    ),
+    "resumed reply finishing goes back to listening": (
+        True,
+        [
+            (Speech(), [BeginUserTurn(1)], US),
+            (End(), [StartReply(1)], RE),
+            (Speech(audible=True), [BeginUserTurn(2)], US),
+            (End(), [StartReply(2)], RE),
+            (Resumed(1), [], RE),
+            (Finished(2), [], RE),
+            (Finished(1), [], LS),
         ],
     ),
     "speech after the reply finished cancels nothing": (
@@ -127,6 +193,15 @@ SCRIPTS: dict[str, tuple[bool, list[Step]]] = {
             (End(), [CancelReply(1, "superseded"), StartReply(2)], RE),
             (Finished(1), [], RE),
             (Finished(2), [], LS),
+        ],
+    ),
+    "interruptions disabled: audible or not, speech does not cancel": (
+        False,
+        [
+            (Speech(), [BeginUserTurn(1)], US),
+            (End(), [StartReply(1)], RE),
+            (Speech(audible=True), [BeginUserTurn(2)], US),
+            (End(), [CancelReply(1, "superseded"), StartReply(2)], RE),
         ],
     ),
     "interruptions disabled: reply finishing while the user speaks": (
