@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from llm.base import LLM
     from tts.base import TTS
     from vad.base import VAD
+    from voice_pipeline.engines import Engines
     from voice_pipeline.models import ModelPaths
 
 
@@ -69,3 +70,13 @@ def vllm_engine(config: Config, model_paths: ModelPaths) -> LLM:
 
     # closed at interpreter exit by the engine itself; closing here would need a loop
     return build_llm(config.llm, model_paths.llm)
+
+
+@pytest.fixture(scope="session")
+async def engines(silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TTS) -> Engines:
+    """All real engines together, warmed up once."""
+    from voice_pipeline.engines import Engines
+
+    engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper)
+    await engines.warm_up()
+    return engines

@@ -30,13 +30,6 @@ pytestmark = pytest.mark.real_models
 QUESTIONS = ("What is the capital of France?", "Name one planet in our solar system.")
 
 
-@pytest.fixture(scope="session")
-async def engines(silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TTS) -> Engines:
-    engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper)
-    await engines.warm_up()
-    return engines
-
-
 @pytest.fixture(scope="module")
 def two_questions() -> tuple[np.ndarray, list[float]]:
     """Audio and the acoustic end time (s) of each question's speech."""

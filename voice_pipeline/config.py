@@ -99,6 +99,54 @@ class TTSConfig:
     max_trailing_silence_ms: int = 120
 
 
+DEFAULT_BACKCHANNELS = (
+    "uh-huh",
+    "uh huh",
+    "mm-hmm",
+    "mm hmm",
+    "mhm",
+    "mm",
+    "hmm",
+    "yeah",
+    "yes",
+    "yep",
+    "yup",
+    "okay",
+    "ok",
+    "right",
+    "sure",
+    "i see",
+    "got it",
+    "uh",
+    "um",
+    "ah",
+    "oh",
+    "cool",
+    "nice",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BargeInConfig:
+    """When user speech interrupts the assistant (see voice_pipeline/bargein.py)."""
+
+    enabled: bool = True
+    #: voiced user speech (echo excluded) while the assistant is audible that pauses it at once
+    min_speech_ms: int = 200
+    #: a paused reply is cancelled for good once the user has spoken this long (no backchannel is)
+    confirm_speech_ms: int = 800
+    #: utterances made only of these words do not interrupt (the paused reply resumes)
+    backchannels: tuple[str, ...] = DEFAULT_BACKCHANNELS
+    #: resume a paused reply when the interruption had no words, only backchannels, or echo
+    resume_after_false_interruption: bool = True
+    #: tell the assistant's own voice coming back into the microphone from the user's
+    echo_suppression: bool = True
+    #: residual/microphone energy ratio (dB) below which a frame counts as echo
+    echo_residual_db: float = -6.0
+    #: longest echo path delay searched (speaker -> microphone, plus transport lag)
+    echo_max_delay_ms: int = 400
+
+
 @dataclass(frozen=True, slots=True)
 class AudioConfig:
     #: rate the VAD and ASR run at
@@ -145,6 +193,7 @@ class Config:
     llm: LLMConfig = field(default_factory=LLMConfig)
     tts: TTSConfig = field(default_factory=TTSConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
+    barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
 
@@ -188,6 +237,11 @@ def _check(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value
+    if origin is tuple:
+        (item,) = typing.get_args(tp)[:1]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(_check(item, v, f"{where}[{i}]") for i, v in enumerate(value))
     raise ConfigError(f"{where}: unsupported type {tp!r}")  # pragma: no cover
 
 
@@ -283,6 +337,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm: max_tokens must be >= 1 and kv_cache_mib >= 16")
     if cfg.tts.min_clause_words < 1:
         raise ConfigError("tts.min_clause_words: must be >= 1")
+    b = cfg.barge_in
+    if b.min_speech_ms < 0 or b.confirm_speech_ms < b.min_speech_ms or b.echo_max_delay_ms < 0:
+        raise ConfigError("barge_in: need 0 <= min_speech_ms <= confirm_speech_ms, echo_max_delay_ms >= 0")
     for f in dataclasses.fields(cfg.budget):
         if getattr(cfg.budget, f.name) <= 0:
             raise ConfigError(f"budget.{f.name}: must be positive")

@@ -53,6 +53,22 @@ class AssistantTextStreamed:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyPaused:
+    """User speech over the reply: transports must flush queued audio now. The reply
+    resumes (:class:`ReplyResumed`) if it was only a backchannel, else it is interrupted."""
+
+    turn_id: int
+    t_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyResumed:
+    turn_id: int
+    t_ns: int
+    reason: str  # bargein.InterruptionKind of the false interruption
+
+
+@dataclass(frozen=True, slots=True)
 class ReplyInterrupted:
     """The assistant's reply was cut off; transports must flush queued audio now."""
 
@@ -94,6 +110,8 @@ Event = (
     | TranscriptPartial
     | TranscriptFinalized
     | AssistantTextStreamed
+    | ReplyPaused
+    | ReplyResumed
     | ReplyInterrupted
     | BudgetExceeded
     | TurnCompleted

@@ -36,6 +36,12 @@ class Mark(enum.StrEnum):
     LLM_DONE = "llm_done"
     LAST_AUDIO_SENT = "last_audio_sent"
     TURN_END = "turn_end"
+    # barge-in, on the interrupted reply's turn
+    BARGE_IN_ONSET = "barge_in_onset"  # the interrupting speech began
+    FLUSH_SENT = "flush_sent"  # paused: listener told to flush; nothing more is sent
+    BARGE_IN_CONFIRMED = "barge_in_confirmed"  # interruption decided for good
+    LLM_ABORTED = "llm_aborted"
+    TTS_STOPPED = "tts_stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +62,9 @@ CRITICAL_PATH: tuple[Stage, ...] = (
     Stage("transport", Mark.TTS_FIRST_AUDIO, Mark.FIRST_AUDIO_SENT, "transport_ms"),
 )
 TOTAL = Stage("voice_to_voice", Mark.SPEECH_END, Mark.FIRST_AUDIO_SENT, "voice_to_voice_ms")
-STAGES: tuple[Stage, ...] = (*CRITICAL_PATH, TOTAL)
+#: interrupting speech onset -> the listener flushed and nothing more sent
+BARGE_IN_STOP = Stage("barge_in_stop", Mark.BARGE_IN_ONSET, Mark.FLUSH_SENT, "barge_in_stop_ms")
+STAGES: tuple[Stage, ...] = (*CRITICAL_PATH, TOTAL, BARGE_IN_STOP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +110,10 @@ class TurnRecord:
     work: WorkAccount
     asr_decode_ms: float
     asr_speculative: bool
+    #: this reply was paused by speech that turned out not to be an interruption
+    false_interruptions: int = 0
+    #: for a user turn spoken over the assistant: what it was (bargein.InterruptionKind)
+    interruption: str | None = None
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
         marks = (
@@ -120,6 +132,8 @@ class TurnRecord:
                 for b in self.budgets_broken
             ],
             "asr": {"decode_ms": round(self.asr_decode_ms, 1), "speculative": self.asr_speculative},
+            "false_interruptions": self.false_interruptions,
+            "interruption": self.interruption,
             "work": {
                 "llm_tokens": self.work.llm_tokens,
                 "wasted_tokens": self.work.wasted_tokens,
@@ -142,6 +156,8 @@ class TurnLedger:
         self.audio_synthesized_s = 0.0
         self.asr_decode_ms = 0.0
         self.asr_speculative = False
+        self.false_interruptions = 0
+        self.interruption: str | None = None
 
     def mark(self, mark: Mark, t_ns: int) -> list[BudgetBreach]:
         """Record ``mark`` at ``t_ns``; return the budgets broken by stages it ends."""
@@ -201,6 +217,8 @@ class TurnLedger:
             ),
             asr_decode_ms=self.asr_decode_ms,
             asr_speculative=self.asr_speculative,
+            false_interruptions=self.false_interruptions,
+            interruption=self.interruption,
         )
 
 

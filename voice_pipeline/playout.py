@@ -58,6 +58,20 @@ class Playout:
         """Position where ``turn_id``'s audio finishes playing (0 if it has none)."""
         return max((c.end for c in self.chunks if c.turn_id == turn_id), default=0)
 
+    def window(self, start: int, end: int) -> NDArray[np.int16]:
+        """What plays between positions ``start`` and ``end`` (zeros where nothing does)."""
+        out = np.zeros(max(0, end - start), dtype=np.int16)
+        for c in self.chunks:
+            n = len(c.pcm) if c.cut is None else c.cut
+            a, b = max(start, c.start), min(end, c.start + n)
+            if a < b:
+                out[a - start : b - start] = c.pcm[a - c.start : b - c.start]
+        return out
+
+    def forget_before(self, position: int) -> None:
+        """Drop chunks that finished playing before ``position`` (bounded memory)."""
+        self.chunks = [c for c in self.chunks if c.end > position]
+
     def render(self, length: int) -> NDArray[np.int16]:
         """The listener's audio, at least ``length`` samples long."""
         out = np.zeros(max(length, self._tail()), dtype=np.int16)

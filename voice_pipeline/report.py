@@ -6,7 +6,7 @@ import sys
 from collections.abc import Mapping
 
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import STAGES
+from voice_pipeline.ledger import STAGES, TOTAL
 
 
 def _color(text: str, code: str) -> str:
@@ -31,7 +31,7 @@ def format_turn(turn: Mapping[str, object], budget: BudgetConfig) -> str:
         limit = float(getattr(budget, stage.budget_key))
         over = ms > limit
         row = f"  {stage.name:<17}{ms:>8.0f}{limit:>8.0f}" + ("  OVER" if over else "")
-        if stage is STAGES[-1]:
+        if stage is TOTAL:
             lines.append("  " + "-" * 33)
         lines.append(_color(row, "31") if over else row)
     return "\n".join(lines)

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import soxr
 from numpy.typing import NDArray
 
+from llm.base import ChatMessage
 from voice_pipeline import events as ev
 from voice_pipeline.audio import read_audio, resample, write_audio
 from voice_pipeline.clock import now_ns
@@ -93,6 +95,40 @@ class FileTransport:
 
 
 @dataclass(frozen=True, slots=True)
+class EchoPath:
+    """A simulated acoustic echo: the listener's audio, attenuated and delayed."""
+
+    gain_db: float = -6.0
+    delay_ms: float = 120.0
+
+
+class _Room:
+    """Mixes the playout back into the input at the echo path's gain and delay."""
+
+    def __init__(self, path: EchoPath, playout: Playout, out_rate: int, in_rate: int) -> None:
+        self._gain = float(10 ** (path.gain_db / 20))
+        self._delay = round(path.delay_ms * in_rate / 1000)
+        self._playout = playout
+        self._ratio = out_rate / in_rate
+        self._stream = soxr.ResampleStream(out_rate, in_rate, 1, dtype="float32", quality="HQ")
+        self._out_pos = 0
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def echo(self, start: int, end: int) -> NDArray[np.float32]:
+        """Echo for input samples [start, end): what played ``delay`` samples earlier."""
+        want_end = round((end - self._delay) * self._ratio)
+        if want_end > self._out_pos:
+            span = self._playout.window(self._out_pos, want_end).astype(np.float32) / 32768.0
+            self._out_pos = want_end
+            self._pending = np.concatenate([self._pending, self._stream.resample_chunk(span)])
+        n = end - start
+        got, self._pending = self._pending[:n], self._pending[n:]
+        if len(got) < n:
+            got = np.concatenate([np.zeros(n - len(got), dtype=np.float32), got])
+        return (got * self._gain).astype(np.float32)
+
+
+@dataclass(frozen=True, slots=True)
 class RunResult:
     records: tuple[TurnRecord, ...]
     turns: list[dict[str, object]]  # JSON-ready, marks on the input timeline (ms)
@@ -100,6 +136,7 @@ class RunResult:
     output: NDArray[np.int16]
     output_rate_hz: int
     input_s: float
+    history: tuple[ChatMessage, ...] = ()
 
 
 async def run_file(
@@ -123,7 +160,10 @@ async def run_audio(
     *,
     realtime: bool = True,
     on_event: Callable[[ev.Event], None] = lambda e: None,
+    echo: EchoPath | None = None,
 ) -> RunResult:
+    """Stream ``raw`` through a fresh session. ``echo`` simulates a loudspeaker next to the
+    microphone: what the listener plays comes back into the input (real time only)."""
     rate = cfg.audio.pipeline_rate_hz
     audio = resample(raw, in_rate, rate)
     out_rate = cfg.audio.output_rate_hz or engines.tts.sample_rate_hz
@@ -133,6 +173,7 @@ async def run_audio(
     transport = FileTransport(out_rate, clock, on_event)
     session = Session(engines, cfg, transport)
     tail = np.zeros(frame, dtype=np.float32)
+    room = _Room(echo, transport.playout, out_rate, rate) if echo is not None and realtime else None
     fed = 0
     max_fed = len(audio) + int(MAX_TAIL_S * rate)
     try:
@@ -150,6 +191,8 @@ async def run_audio(
             else:
                 t_ns = now_ns()
             clock.fed(t_ns, fed)
+            if room is not None:
+                chunk = chunk + room.echo(fed - frame, fed)
             await session.push_audio(chunk, t_ns)
             if not realtime:
                 await session.wait_idle_reply()
@@ -168,6 +211,7 @@ async def run_audio(
         transport.playout.render(out_len),
         out_rate,
         len(audio) / rate,
+        tuple(session.history),
     )
 
 

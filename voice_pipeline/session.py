@@ -1,84 +1,88 @@
 """One conversation: the asyncio graph that wires VAD -> ASR -> LLM -> TTS.
 
 Decisions live elsewhere and are pure (``vad.endpointer``, ``voice_pipeline.turns``,
-``asr.local_agreement``, ``tts.chunker``, ``voice_pipeline.ledger``); this module
-owns the tasks, queues and clocks and carries the decisions out.
+``voice_pipeline.bargein``, ``voice_pipeline.echo``, ``asr.local_agreement``,
+``tts.chunker``, ``voice_pipeline.ledger``); this module owns the tasks, queues
+and clocks and carries the decisions out.
 
 Ownership:
 
-* The transport calls :meth:`Session.push_audio` for every input chunk; VAD and
-  endpointing run inline there (tens of microseconds per frame), so input
-  backpressure is the transport's own await.
+* The transport calls :meth:`Session.push_audio` for every input chunk; VAD,
+  the echo check, barge-in counting and endpointing run inline there (well
+  under a millisecond per frame), so input backpressure is the transport's own await.
 * Each user turn owns a partial-transcript task; each assistant reply owns one
-  task whose :class:`asyncio.TaskGroup` holds the LLM->clauses producer and the
-  clauses->TTS->transport consumer, joined by a bounded queue. Barge-in is a
-  direct ``cancel()`` of that task -- never a message racing the data -- which
-  aborts the vLLM request (the stream's ``finally``), stops synthesis and tells
-  the transport to flush.
+  task running :meth:`voice_pipeline.reply.Reply.run` (one TaskGroup: LLM ->
+  clauses -> TTS -> listener). Barge-in is a direct ``cancel()`` of that task --
+  never a message racing the data -- which aborts the vLLM request, stops
+  synthesis and tells the transport to flush.
 * :meth:`Session.aclose` cancels and awaits every task it owns; it is idempotent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from asr.streaming import UtteranceTranscriber
 from llm.base import ChatMessage
-from tts.chunker import ClauseChunker
 from vad.endpointer import EndOfTurn, Endpointer, PauseStarted, SpeechResumed, SpeechStarted
 from voice_pipeline import events as ev
-from voice_pipeline.audio import last_sound_end, resample_int16
+from voice_pipeline.audio import last_sound_end, resample_int16, to_float32
+from voice_pipeline.bargein import (
+    BargeInTracker,
+    ConfirmInterruption,
+    InterruptionKind,
+    PauseReply,
+    classify_interruption,
+)
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.echo import echo_residual_db
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError, VoicePipelineError
-from voice_pipeline.heard import SpokenClause, heard_text
-from voice_pipeline.ledger import BudgetBreach, Mark, SessionLedger, TurnLedger, TurnRecord
+from voice_pipeline.heard import heard_text
+from voice_pipeline.inputbuf import InputHistory
+from voice_pipeline.ledger import Mark, SessionLedger, TurnLedger, TurnRecord
+from voice_pipeline.playout import Playout
+from voice_pipeline.reply import Reply, ReplySpeaker
 from voice_pipeline.transport import Transport
 from voice_pipeline.turns import BeginUserTurn, CancelReply, Command, StartReply, TurnTaker
 
 log = logging.getLogger(__name__)
 
-#: how much recent input is kept for pre-roll and sample->time lookups
-_HISTORY_S = 4.0
-#: how far before the VAD's end of speech to look for the acoustic end
-_END_SEARCH_S = 0.3
+_HISTORY_S = 4.0  # recent input kept for pre-roll, sample->time lookups and the echo check
+_END_SEARCH_S = 0.3  # how far before the VAD's end of speech to look for the acoustic end
+_ECHO_WINDOW_S = 0.128  # microphone window compared with what was played
+_REFERENCE_KEEP_S = 10.0
 
 
 @dataclass(slots=True)
 class _Turn:
-    """Mutable state of one turn, owned by the session."""
+    """Mutable state of one turn (the user's utterance and the reply to it)."""
 
     turn_id: int
     ledger: TurnLedger
     transcriber: UtteranceTranscriber
     partial_task: asyncio.Task[None] | None = None
     reply_task: asyncio.Task[None] | None = None
+    reply: Reply | None = None
     user_text: str = ""
-    reply_text: str = ""
-    clauses: list[SpokenClause] = field(default_factory=list)
-    paused: bool = False  # the VAD hears a pause inside the user's turn
+    user_paused: bool = False  # the VAD hears a pause inside the user's utterance
+    spoken_over: int | None = None  # the reply this utterance was spoken over
     interrupted: bool = False
     done: bool = False
 
 
 class Session:
     def __init__(
-        self,
-        engines: Engines,
-        cfg: Config,
-        transport: Transport,
-        *,
-        clock: Callable[[], int] = now_ns,
+        self, engines: Engines, cfg: Config, transport: Transport, *, clock: Callable[[], int] = now_ns
     ) -> None:
         self._engines = engines
         self._cfg = cfg
@@ -86,21 +90,25 @@ class Session:
         self._clock = clock
         self.rate_hz = cfg.audio.pipeline_rate_hz
         self._vad = engines.vad.stream()
-        self._endpointer = Endpointer(cfg.vad, self.rate_hz, engines.vad.frame_samples)
-        self._turns = TurnTaker()
+        self._frame = engines.vad.frame_samples
+        self._endpointer = Endpointer(cfg.vad, self.rate_hz, self._frame)
+        self._bargein = BargeInTracker(cfg.barge_in, self._frame * 1000 / self.rate_hz)
+        self._turns = TurnTaker(interrupt_on_speech=cfg.barge_in.enabled)
         self.ledger = SessionLedger(cfg.budget)
         self.history: list[ChatMessage] = []
+        self._input = InputHistory(self.rate_hz, _HISTORY_S, clock)
+        self._vad_end = 0  # end sample of the last VAD frame
+        # what the listener is playing, on a timeline of pipeline-rate samples since t0
+        self._t0 = clock()
+        self._reference = Playout(self.rate_hz)
         self._by_id: dict[int, _Turn] = {}
         self._user: _Turn | None = None
-        self._reply: _Turn | None = None
+        self._replies: dict[int, _Turn] = {}  # replies in progress
         self._tasks: set[asyncio.Task[None]] = set()
-        # recent input: chunks with their end position and arrival time
-        self._recent: deque[tuple[int, int, NDArray[np.float32]]] = deque()
-        self._position = 0
         self._closed = False
         self._idle = asyncio.Event()  # no user turn and no reply in progress
         self._idle.set()
-        self._no_reply = asyncio.Event()  # no reply in progress
+        self._no_reply = asyncio.Event()
         self._no_reply.set()
 
     # ------------------------------------------------------------ input side
@@ -109,59 +117,83 @@ class Session:
         """Feed mono float32 input at ``rate_hz``; ``t_ns`` = when its last sample was captured."""
         if self._closed:
             raise VoicePipelineError("session is closed")
-        arrived = self._clock() if t_ns is None else t_ns
-        self._position += len(samples)
-        self._remember(samples, arrived)
+        self._input.append(samples, self._clock() if t_ns is None else t_ns)
         if self._user is not None:
             self._user.transcriber.append(samples)
         for prob in self._vad.push(samples):
-            for action in self._endpointer.update(prob):
-                match action:
-                    case SpeechStarted():
-                        self._run(self._turns.speech_started(), action)
-                    case PauseStarted():
-                        if self._user is not None:
-                            self._user.paused = True
-                            if self._cfg.asr.speculative_final:
-                                self._user.transcriber.speculate()
-                    case SpeechResumed():
-                        if self._user is not None:
-                            self._user.paused = False
-                            self._user.transcriber.invalidate()
-                    case EndOfTurn():
-                        self._end_user_turn(action)
-                        self._run(self._turns.end_of_turn(), action)
+            self._vad_end += self._frame
+            self._on_frame(prob)
 
-    def _remember(self, samples: NDArray[np.float32], t_ns: int) -> None:
-        self._recent.append((self._position, t_ns, samples))
-        keep = int(_HISTORY_S * self.rate_hz)
-        while self._recent and self._recent[0][0] < self._position - keep:
-            self._recent.popleft()
+    def _on_frame(self, prob: float) -> None:
+        speaking = self._audible_reply()
+        if prob >= self._cfg.vad.neg_threshold and self._is_echo():
+            prob = 0.0  # the assistant's own voice coming back
+        action = self._bargein.frame(
+            voiced=prob >= self._cfg.vad.threshold,
+            assistant_audible=speaking is not None,
+            frame_start_ns=self._input.time_of(self._vad_end - self._frame),
+        )
+        if speaking is not None:
+            match action:
+                case PauseReply(onset_ns=onset):
+                    self._pause_reply(speaking, onset)
+                case ConfirmInterruption():
+                    self._confirm_interruption(speaking, "barge-in: long speech")
+        for step in self._endpointer.update(prob):
+            match step:
+                case SpeechStarted():
+                    current = self._by_id.get(self._turns.reply_turn or 0)
+                    audible = (
+                        current is not None
+                        and current.reply is not None
+                        and current.reply.speaker.started
+                        and not current.interrupted
+                    )
+                    self._run(self._turns.speech_started(reply_audible=audible), step)
+                case PauseStarted():
+                    if self._user is not None:
+                        self._user.user_paused = True
+                        if self._cfg.asr.speculative_final:
+                            self._user.transcriber.speculate()
+                case SpeechResumed():
+                    if self._user is not None:
+                        self._user.user_paused = False
+                        self._user.transcriber.invalidate()
+                case EndOfTurn():
+                    self._end_user_turn(step)
+                    self._run(self._turns.end_of_turn(), step)
 
     def time_of_sample(self, sample: int) -> int:
-        """Monotonic time at which input sample ``sample`` was captured (interpolated)."""
-        previous: int | None = None
-        for end, t_ns, _ in self._recent:
-            if end >= sample:
-                t = t_ns - round((end - sample) * 1e9 / self.rate_hz)
-                # never before the previous chunk arrived (fast feeding has no real gaps)
-                return t if previous is None else max(t, previous)
-            previous = t_ns
-        if self._recent:
-            end, t_ns, _ = self._recent[-1]
-            return t_ns - round((end - sample) * 1e9 / self.rate_hz)
-        return self._clock()
+        return self._input.time_of(sample)
 
-    def _audio_since(self, sample: int) -> NDArray[np.float32]:
-        parts = []
-        for end, _, chunk in self._recent:
-            start = end - len(chunk)
-            if end <= sample:
-                continue
-            parts.append(chunk[max(0, sample - start) :])
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+    # ------------------------------------------------------------ echo reference
 
-    # ------------------------------------------------------------ commands
+    def _ref_pos(self, t_ns: int) -> int:
+        return round((t_ns - self._t0) * self.rate_hz / 1e9)
+
+    def _reference_sent(self, turn_id: int, pcm: NDArray[np.int16]) -> None:
+        pcm16 = resample_int16(pcm, self._transport.output_rate_hz, self.rate_hz)
+        now = self._ref_pos(self._clock())
+        self._reference.send(turn_id, pcm16, now)
+        self._reference.forget_before(now - int(_REFERENCE_KEEP_S * self.rate_hz))
+
+    def _reference_cleared(self, turn_id: int) -> None:
+        self._reference.clear(turn_id, self._ref_pos(self._clock()))
+
+    def _is_echo(self) -> bool:
+        cfg = self._cfg.barge_in
+        if not cfg.echo_suppression:
+            return False
+        n = int(_ECHO_WINDOW_S * self.rate_hz)
+        mic = self._input.window(self._vad_end, n)
+        if mic is None:
+            return False
+        end = self._ref_pos(self._input.time_of(self._vad_end))
+        lag = cfg.echo_max_delay_ms * self.rate_hz // 1000
+        ref = to_float32(self._reference.window(end - n - lag, end))
+        return echo_residual_db(mic, ref, lag) < cfg.echo_residual_db
+
+    # ------------------------------------------------------------ turns
 
     def _run(self, commands: list[Command], cause: SpeechStarted | EndOfTurn) -> None:
         for cmd in commands:
@@ -173,29 +205,29 @@ class Session:
                     self._begin_user_turn(tid, cause)
                 case StartReply(turn_id=tid):
                     turn = self._by_id[tid]
-                    self._idle.clear()
+                    self._replies[tid] = turn
                     self._no_reply.clear()
-                    self._reply = turn
                     turn.reply_task = self._spawn(self._reply_turn(turn), f"reply-{tid}")
                     turn.reply_task.add_done_callback(functools.partial(self._reply_done, turn))
 
     def _begin_user_turn(self, turn_id: int, started: SpeechStarted) -> None:
         transcriber = UtteranceTranscriber(self._engines.asr, self._cfg.asr)
         turn = _Turn(turn_id, self.ledger.new_turn(turn_id), transcriber)
+        speaking = self._audible_reply()
+        turn.spoken_over = speaking.turn_id if speaking is not None else None
         self._by_id[turn_id] = turn
         self._user = turn
         self._idle.clear()
         self._mark(turn, Mark.SPEECH_START, self.time_of_sample(started.onset_sample))
-        transcriber.start(self._audio_since(started.start_sample))
+        transcriber.start(self._input.since(started.start_sample))
         self._transport.emit(ev.SpeechStarted(turn_id, self._clock()))
         if self._cfg.asr.partial_interval_ms > 0:
             turn.partial_task = self._spawn(self._partials(turn), f"partials-{turn_id}")
 
     def _end_user_turn(self, end: EndOfTurn) -> None:
-        turn = self._user
+        turn, self._user = self._user, None
         if turn is None:
             return
-        self._user = None
         if turn.partial_task is not None:
             turn.partial_task.cancel()
         speech_end = self.time_of_sample(self._acoustic_end(end.speech_end_sample))
@@ -207,25 +239,65 @@ class Session:
     def _acoustic_end(self, vad_end: int) -> int:
         """The VAD's last voiced frame ends 40-100 ms after the sound does (model
         hangover); look at the level of the audio before it for the true end."""
-        window = int(_END_SEARCH_S * self.rate_hz)
-        start = max(0, vad_end - window)
-        audio = self._audio_since(start)[: vad_end - start]
-        end = last_sound_end(audio, self.rate_hz)
+        start = max(0, vad_end - int(_END_SEARCH_S * self.rate_hz))
+        end = last_sound_end(self._input.since(start)[: vad_end - start], self.rate_hz)
         return vad_end if end is None else min(vad_end, start + end)
+
+    # ------------------------------------------------------------ barge-in
+
+    def _audible_reply(self) -> _Turn | None:
+        """The reply the listener is hearing (or that is paused by their speech)."""
+        for turn in reversed(self._replies.values()):
+            if turn.reply is not None and turn.reply.speaker.started and not turn.interrupted:
+                return turn
+        return None
+
+    def interrupt(self) -> None:
+        """Explicit interrupt (push-to-talk pressed while the assistant speaks)."""
+        for turn in list(self._replies.values()):
+            if not turn.interrupted:
+                self._pause_reply(turn, self._clock())
+                self._confirm_interruption(turn, "explicit interrupt")
+
+    def _pause_reply(self, turn: _Turn, onset_ns: int) -> None:
+        if turn.reply is None or not turn.reply.speaker.started or turn.reply.speaker.paused or turn.done:
+            return
+        self._mark(turn, Mark.BARGE_IN_ONSET, onset_ns)
+        turn.reply.speaker.pause()
+        self._mark(turn, Mark.FLUSH_SENT, self._clock())
+        self._transport.emit(ev.ReplyPaused(turn.turn_id, self._clock()))
+
+    def _confirm_interruption(self, turn: _Turn, reason: str) -> None:
+        self._mark(turn, Mark.BARGE_IN_CONFIRMED, self._clock())
+        self._bargein.resolved()
+        self._cancel_reply(turn.turn_id, reason)
+
+    def _false_interruption(self, turn: _Turn, kind: InterruptionKind) -> None:
+        self._bargein.resolved()
+        if turn.reply is None or not turn.reply.speaker.paused:
+            return  # never stopped: not an interruption at all
+        turn.ledger.false_interruptions += 1
+        if not self._cfg.barge_in.resume_after_false_interruption:
+            self._cancel_reply(turn.turn_id, f"stopped by {kind}")
+            return
+        self._turns.reply_resumed(turn.turn_id)
+        self._transport.emit(ev.ReplyResumed(turn.turn_id, self._clock(), str(kind)))
+        self._spawn(turn.reply.speaker.resume(), f"resume-{turn.turn_id}")
 
     def _cancel_reply(self, turn_id: int, reason: str) -> None:
         turn = self._by_id.get(turn_id)
-        if turn is None or turn.done or turn.reply_task is None:
+        if turn is None or turn.done or turn.interrupted or turn.reply_task is None:
             return
         turn.interrupted = True
         self._transport.clear(turn_id)
+        self._reference_cleared(turn_id)
         self._transport.emit(ev.ReplyInterrupted(turn_id, self._clock(), reason))
         turn.reply_task.cancel()
 
     # ------------------------------------------------------------ tasks
 
-    def _spawn(self, coro: object, name: str) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
@@ -243,7 +315,7 @@ class Session:
         interval = self._cfg.asr.partial_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            if turn.paused:
+            if turn.user_paused:
                 continue  # the speculative final decode has the CPU
             partial = await turn.transcriber.partial()
             if partial is not None:
@@ -259,18 +331,32 @@ class Session:
             self._mark(turn, Mark.TRANSCRIPT_FINAL, self._clock())
             turn.user_text = final.text.strip()
             self._transport.emit(ev.TranscriptFinalized(turn.turn_id, self._clock(), turn.user_text))
-            if not turn.user_text:
-                return  # noise, a cough: no words, no reply
+            over = self._by_id.get(turn.spoken_over) if turn.spoken_over is not None else None
+            if not self._decide_spoken_over(turn) or not turn.user_text:
+                return  # a backchannel, echo or noise: no reply
+            if over is not None and over.reply_task is not None and not over.reply_task.done():
+                await asyncio.wait([over.reply_task])  # its heard text enters the history first
             messages = [
                 ChatMessage("system", self._cfg.llm.system_prompt),
                 *self.history,
                 ChatMessage("user", turn.user_text),
             ]
-            clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=8)
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._generate(turn, messages, clauses))
-                tg.create_task(self._speak(turn, clauses))
-            await self._transport.drain(turn.turn_id)
+            speaker = ReplySpeaker(
+                turn.turn_id,
+                self._transport,
+                functools.partial(self._reference_sent, turn.turn_id),
+                functools.partial(self._reference_cleared, turn.turn_id),
+            )
+            turn.reply = Reply(
+                turn.turn_id,
+                self._engines,
+                self._cfg,
+                self._transport,
+                self._clock,
+                functools.partial(self._mark, turn),
+                speaker,
+            )
+            await turn.reply.run(messages)
         except* EngineError as group:
             for exc in group.exceptions:
                 assert isinstance(exc, EngineError)
@@ -281,76 +367,61 @@ class Session:
         finally:
             self._finish(turn)
 
-    async def _generate(
-        self, turn: _Turn, messages: list[ChatMessage], out: asyncio.Queue[str | None]
-    ) -> None:
-        chunker = ClauseChunker(self._cfg.tts.min_clause_words)
-        stream = self._engines.llm.stream(messages, f"turn-{id(self)}-{turn.turn_id}")
-        async with contextlib.aclosing(stream):  # closing aborts the engine's request
-            async for delta in stream:
-                self._mark(turn, Mark.LLM_FIRST_TOKEN, self._clock())
-                turn.ledger.llm_tokens += delta.num_tokens
-                turn.reply_text += delta.text
-                self._transport.emit(ev.AssistantTextStreamed(turn.turn_id, self._clock(), delta.text))
-                for clause in chunker.push(delta.text):
-                    self._mark(turn, Mark.FIRST_CLAUSE, self._clock())
-                    await out.put(clause)
-        self._mark(turn, Mark.LLM_DONE, self._clock())
-        for clause in chunker.flush():
-            self._mark(turn, Mark.FIRST_CLAUSE, self._clock())
-            await out.put(clause)
-        await out.put(None)
-
-    async def _speak(self, turn: _Turn, clauses: asyncio.Queue[str | None]) -> None:
-        tts = self._engines.tts
-        out_rate = self._transport.output_rate_hz
-        while (clause := await clauses.get()) is not None:
-            pcm = await asyncio.to_thread(tts.synthesize, clause)
-            if pcm.size == 0:
-                continue
-            self._mark(turn, Mark.TTS_FIRST_AUDIO, self._clock())
-            pcm = resample_int16(pcm, tts.sample_rate_hz, out_rate)
-            turn.ledger.audio_synthesized_s += len(pcm) / out_rate
-            turn.clauses.append(SpokenClause(clause, len(pcm)))
-            await self._transport.play(turn.turn_id, pcm)
-            self._mark(turn, Mark.FIRST_AUDIO_SENT, self._clock())
-        self._mark(turn, Mark.LAST_AUDIO_SENT, self._clock())
+    def _decide_spoken_over(self, turn: _Turn) -> bool:
+        """For an utterance spoken over a reply: was it a real interruption? True = reply to it."""
+        if turn.spoken_over is None:
+            return True
+        over = self._by_id.get(turn.spoken_over)
+        if over is None or over.done or over.interrupted:  # already confirmed (long speech) or over
+            kind = InterruptionKind.WORDS if turn.user_text else InterruptionKind.NO_WORDS
+            turn.ledger.interruption = str(kind)
+            return True
+        said = over.reply.text if over.reply is not None else ""
+        kind = classify_interruption(turn.user_text, self._cfg.barge_in.backchannels, said)
+        turn.ledger.interruption = str(kind)
+        if kind is InterruptionKind.WORDS:
+            self._confirm_interruption(over, "barge-in")
+            return True
+        self._false_interruption(over, kind)
+        return False
 
     # ------------------------------------------------------------ bookkeeping
 
     def _mark(self, turn: _Turn, mark: Mark, t_ns: int) -> None:
-        for breach in turn.ledger.mark(mark, t_ns):
-            self._emit_breach(turn.turn_id, breach)
-
-    def _emit_breach(self, turn_id: int, b: BudgetBreach) -> None:
-        self._transport.emit(ev.BudgetExceeded(turn_id, self._clock(), b.stage, b.duration_ms, b.budget_ms))
+        for b in turn.ledger.mark(mark, t_ns):
+            self._transport.emit(
+                ev.BudgetExceeded(turn.turn_id, self._clock(), b.stage, b.duration_ms, b.budget_ms)
+            )
 
     def _finish(self, turn: _Turn) -> TurnRecord:
         turn.done = True
         self._mark(turn, Mark.TURN_END, self._clock())
-        played = self._transport.played_samples(turn.turn_id)
-        heard = (
-            heard_text(turn.clauses, played) if turn.interrupted else " ".join(c.text for c in turn.clauses)
-        )
+        reply = turn.reply
+        played = min(self._transport.played_samples(turn.turn_id), reply.speaker.total) if reply else 0
+        clauses = reply.clauses if reply else []
+        heard = heard_text(clauses, played) if turn.interrupted else " ".join(c.text for c in clauses)
+        if reply is not None:
+            turn.ledger.llm_tokens = reply.llm_tokens
+            turn.ledger.audio_synthesized_s = reply.audio_synthesized_s
         record = turn.ledger.finish(
             user_text=turn.user_text,
-            assistant_text=turn.reply_text.strip(),
+            assistant_text=reply.text.strip() if reply else "",
             heard_text=heard,
             interrupted=turn.interrupted,
             audio_heard_s=played / self._transport.output_rate_hz,
         )
         self.ledger.add(record)
-        if turn.user_text:
+        if turn.user_text and record.interruption in (None, str(InterruptionKind.WORDS)):
             self.history.append(ChatMessage("user", turn.user_text))
             if heard:
                 self.history.append(ChatMessage("assistant", heard + ("..." if turn.interrupted else "")))
         self._turns.reply_finished(turn.turn_id)
-        if self._reply is turn:
-            self._reply = None
+        self._replies.pop(turn.turn_id, None)
+        if not self._replies:
             self._no_reply.set()
         self._by_id.pop(turn.turn_id, None)
         self._spawn(turn.transcriber.aclose(), f"close-asr-{turn.turn_id}")
-        if self._user is None and self._reply is None:
+        if self._user is None and not self._replies:
             self._idle.set()
         self._transport.emit(ev.TurnCompleted(turn.turn_id, self._clock(), record))
         return record

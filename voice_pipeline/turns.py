@@ -9,6 +9,9 @@ Phases::
         ^                              ^                            |
         |                              +------ speech started ------+  (CancelReply: barge-in)
         +-------------------------- reply finished -----------------+
+
+Speech over a reply the user can hear does not cancel it here: the barge-in
+logic (:mod:`voice_pipeline.bargein`) pauses it and then confirms or resumes.
 """
 
 from __future__ import annotations
@@ -50,10 +53,12 @@ class TurnTaker:
         self.user_turn: int | None = None  # the user turn being spoken
         self.reply_turn: int | None = None  # the reply in progress
 
-    def speech_started(self) -> list[Command]:
+    def speech_started(self, *, reply_audible: bool = False) -> list[Command]:
+        """User speech began. A reply nobody has heard yet is cancelled at once; one
+        the user is hearing is left to the barge-in logic (pause, then confirm or resume)."""
         cmds: list[Command] = []
-        if self.reply_turn is not None and self.interrupt_on_speech:
-            cmds.append(CancelReply(self.reply_turn, "user speech"))
+        if self.reply_turn is not None and self.interrupt_on_speech and not reply_audible:
+            cmds.append(CancelReply(self.reply_turn, "user speech before the reply was heard"))
             self.reply_turn = None
         self.user_turn = self._next_id
         self._next_id += 1
@@ -66,12 +71,18 @@ class TurnTaker:
             return []
         turn, self.user_turn = self.user_turn, None
         cmds: list[Command] = []
-        if self.reply_turn is not None:  # still replying (interruptions disabled): replace it
+        if self.reply_turn is not None and not self.interrupt_on_speech:
             cmds.append(CancelReply(self.reply_turn, "superseded"))
+        # otherwise a reply still alive was spoken over: the new turn's words decide its fate
         self.reply_turn = turn
         self.phase = Phase.RESPONDING
         cmds.append(StartReply(turn))
         return cmds
+
+    def reply_resumed(self, turn_id: int) -> None:
+        """A paused reply goes on after a false interruption: it has the floor again."""
+        self.reply_turn = turn_id
+        self.phase = Phase.RESPONDING if self.user_turn is None else self.phase
 
     def reply_finished(self, turn_id: int) -> list[Command]:
         if self.reply_turn == turn_id:

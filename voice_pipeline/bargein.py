@@ -1,0 +1,129 @@
+"""Barge-in decisions (pure): when user speech interrupts the assistant, and whether
+an interruption was real.
+
+Two stages, so that stopping is fast and backchannels still do not stop the reply:
+
+1. **Pause** -- :class:`BargeInTracker` counts the user's voiced time (echo
+   already removed, see :mod:`voice_pipeline.echo`) while the assistant is
+   audible. At ``min_speech_ms`` it answers :class:`PauseReply`: the runtime stops
+   sending at once and flushes the listener's buffer (the ``barge_in_stop``
+   budget is measured to this moment), but keeps the reply's LLM and TTS work.
+2. **Confirm or resume** -- the interruption is confirmed (:class:`ConfirmInterruption`:
+   the reply's scope is cancelled, the vLLM request aborted) as soon as the user
+   has spoken ``confirm_speech_ms`` (no backchannel is that long), or when the
+   user's utterance is transcribed and :func:`classify_interruption` finds real
+   words. If it finds nothing, only backchannels ("uh-huh", "okay") or the
+   assistant's own words (echo the energy gate missed), the interruption was
+   false: the paused reply resumes where playback stopped.
+
+An explicit interrupt (push-to-talk pressed while the assistant speaks) skips
+both stages and confirms at once.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from voice_pipeline.config import BargeInConfig
+
+#: a silent gap longer than this ends a run of user speech during the reply
+GAP_MS = 200.0
+
+
+@dataclass(frozen=True, slots=True)
+class PauseReply:
+    onset_ns: int  # when the interrupting speech began
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmInterruption:
+    onset_ns: int
+
+
+BargeInAction = PauseReply | ConfirmInterruption
+
+
+class BargeInTracker:
+    """Counts voiced user time while the assistant is audible (one per session)."""
+
+    def __init__(self, cfg: BargeInConfig, frame_ms: float) -> None:
+        self._cfg = cfg
+        self._frame_ms = frame_ms
+        self.reset()
+
+    def reset(self) -> None:
+        self._voiced_ms = 0.0
+        self._gap_ms = 0.0
+        self._onset_ns: int | None = None
+        self._paused = False
+        self._confirmed = False
+
+    def frame(self, *, voiced: bool, assistant_audible: bool, frame_start_ns: int) -> BargeInAction | None:
+        """One VAD frame. ``voiced`` must already exclude echo."""
+        if not self._cfg.enabled or not assistant_audible:  # a paused reply counts as audible
+            self.reset()
+            return None
+        if voiced:
+            if self._onset_ns is None:
+                self._onset_ns = frame_start_ns
+            self._voiced_ms += self._frame_ms
+            self._gap_ms = 0.0
+        elif self._onset_ns is not None:
+            self._gap_ms += self._frame_ms
+            if self._gap_ms > GAP_MS and not self._paused:
+                self.reset()
+                return None
+        if self._onset_ns is None:
+            return None
+        if not self._paused and self._voiced_ms >= self._cfg.min_speech_ms:
+            self._paused = True
+            return PauseReply(self._onset_ns)
+        if self._paused and not self._confirmed and self._voiced_ms >= self._cfg.confirm_speech_ms:
+            self._confirmed = True
+            return ConfirmInterruption(self._onset_ns)
+        return None
+
+    def resolved(self) -> None:
+        """The interruption was confirmed or resumed elsewhere: start counting afresh."""
+        self.reset()
+
+
+class InterruptionKind(enum.StrEnum):
+    WORDS = "words"  # a real interruption
+    NO_WORDS = "no_words"  # noise, a cough
+    BACKCHANNEL = "backchannel"  # "uh-huh", "okay"
+    ECHO = "echo"  # the assistant's own words came back
+
+
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+def words_of(text: str) -> list[str]:
+    return _WORD.findall(text.lower().replace("-", " "))
+
+
+def classify_interruption(
+    text: str, backchannels: Iterable[str], assistant_recent: str, *, echo_overlap: float = 0.8
+) -> InterruptionKind:
+    """What the user said while the assistant was speaking."""
+    words = words_of(text)
+    if not words:
+        return InterruptionKind.NO_WORDS
+    phrases = sorted((tuple(words_of(b)) for b in backchannels), key=len, reverse=True)
+    i = 0
+    while i < len(words):
+        for phrase in phrases:
+            if phrase and tuple(words[i : i + len(phrase)]) == phrase:
+                i += len(phrase)
+                break
+        else:
+            break
+    if i == len(words):
+        return InterruptionKind.BACKCHANNEL
+    spoken = set(words_of(assistant_recent))
+    if len(words) >= 2 and sum(w in spoken for w in words) / len(words) >= echo_overlap:
+        return InterruptionKind.ECHO
+    return InterruptionKind.WORDS

@@ -1,0 +1,53 @@
+"""Tell the assistant's own voice coming back into the microphone from the user's (pure).
+
+Without acoustic echo cancellation on the client (file mode, telephony, a CLI on
+speakers) the microphone hears the assistant's reply again, delayed and
+attenuated. The server knows exactly what it sent, so for a window of
+microphone audio it looks for the delay (0..``max_lag``) at which the sent
+reference best explains the window, fits the gain by least squares, and
+reports how much energy is left once that scaled, delayed reference is
+subtracted (:func:`echo_residual_db`). Close to 0 dB: the reference explains
+nothing (the user is speaking, or nothing was playing). Strongly negative:
+the window is the assistant's own voice.
+
+Limits: one delay and one gain -- a linear, single-path echo. Real rooms add
+reverberation and loudspeaker distortion that leave a larger residual; such
+echo is then caught later, when its transcript turns out to repeat the
+assistant's own words (:mod:`voice_pipeline.bargein`). Clients with their own
+echo cancellation (browsers with ``echoCancellation``) need neither.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+_SILENT = 1e-7  # mean square below this is treated as silence (about -70 dBFS)
+
+
+def echo_residual_db(mic: NDArray[np.float32], reference: NDArray[np.float32], max_lag: int) -> float:
+    """Residual-to-microphone energy ratio (dB) after removing the best single-path echo.
+
+    ``mic`` is a window of ``n`` samples; ``reference`` is what was played over
+    the same span extended ``max_lag`` samples into the past: ``n + max_lag``
+    samples, aligned so that ``reference[max_lag + i]`` played at the moment
+    ``mic[i]`` was captured. Returns 0.0 when either signal is silent.
+    """
+    n = len(mic)
+    if n == 0 or len(reference) != n + max_lag:
+        raise ValueError("reference must cover the window plus max_lag samples")
+    x = mic.astype(np.float64)
+    r = reference.astype(np.float64)
+    e_mic = float(np.dot(x, x))
+    if e_mic / n < _SILENT or float(np.dot(r, r)) / len(r) < _SILENT:
+        return 0.0
+    # c[j] = sum_i x[i] * r[j + i] for j = 0..max_lag (echo delay = max_lag - j)
+    size = 1 << int(np.ceil(np.log2(n + len(r))))
+    spec = np.fft.rfft(r, size) * np.conj(np.fft.rfft(x, size))
+    c = np.fft.irfft(spec, size)[: max_lag + 1]
+    # energy of each reference segment r[j : j + n]
+    cum = np.concatenate([[0.0], np.cumsum(r * r)])
+    e_ref = cum[n : n + max_lag + 1] - cum[: max_lag + 1]
+    explained = np.where(e_ref > _SILENT * n, np.square(c) / np.maximum(e_ref, 1e-30), 0.0)
+    residual = max(e_mic - float(explained.max()), e_mic * 1e-6)
+    return float(10.0 * np.log10(residual / e_mic))

@@ -1,0 +1,180 @@
+"""One assistant reply: LLM -> clauses -> TTS -> the listener, pausable and cancellable.
+
+:meth:`Reply.run` owns one :class:`asyncio.TaskGroup` with two tasks joined by a
+bounded queue: the producer streams the LLM and cuts clauses
+(:class:`tts.chunker.ClauseChunker`), the consumer synthesizes each clause and
+hands its audio to the :class:`ReplySpeaker`. Cancelling the task that runs
+:meth:`Reply.run` is the barge-in: the LLM stream is closed (vLLM aborts the
+request), synthesis stops, and nothing more is sent.
+
+The speaker keeps every sample of the reply, so a *pause* (the first stage of
+a barge-in) can flush the listener's buffer at once and a *resume* (the
+interruption was only a backchannel) re-sends from exactly where playback
+stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from llm.base import ChatMessage
+from tts.chunker import ClauseChunker
+from voice_pipeline import events as ev
+from voice_pipeline.audio import resample_int16
+from voice_pipeline.config import Config
+from voice_pipeline.engines import Engines
+from voice_pipeline.heard import SpokenClause
+from voice_pipeline.ledger import Mark
+from voice_pipeline.transport import Transport
+
+MarkFn = Callable[[Mark, int], None]
+
+
+class ReplySpeaker:
+    """Sends one reply's audio to the transport; pauses (flush) and resumes exactly."""
+
+    def __init__(
+        self,
+        turn_id: int,
+        transport: Transport,
+        on_sent: Callable[[NDArray[np.int16]], None],
+        on_cleared: Callable[[], None],
+    ) -> None:
+        self.turn_id = turn_id
+        self._transport = transport
+        self._on_sent = on_sent
+        self._on_cleared = on_cleared
+        self._audio: list[NDArray[np.int16]] = []
+        self.total = 0  # samples synthesized
+        self.sent = 0  # samples handed to the transport (rewound to what was played on pause)
+        self.paused = False
+        self._pauses = 0  # pauses so far: a drain that saw one must wait for the re-sent rest
+        self._running = asyncio.Event()  # set while not paused
+        self._running.set()
+
+    @property
+    def started(self) -> bool:
+        return self.total > 0
+
+    async def add(self, pcm: NDArray[np.int16]) -> None:
+        self._audio.append(pcm)
+        self.total += len(pcm)
+        await self._send_pending()
+
+    async def _send_pending(self) -> None:
+        while not self.paused and self.sent < self.total:
+            pcm = self._slice(self.sent, self.total)
+            self.sent = self.total
+            await self._transport.play(self.turn_id, pcm)
+            self._on_sent(pcm)
+
+    def _slice(self, start: int, end: int) -> NDArray[np.int16]:
+        whole = np.concatenate(self._audio) if len(self._audio) > 1 else self._audio[0]
+        self._audio = [whole]
+        return whole[start:end]
+
+    def pause(self) -> int:
+        """Stop sending and flush the listener's buffer now; return samples played."""
+        self.paused = True
+        self._pauses += 1
+        self._running.clear()
+        self._transport.clear(self.turn_id)
+        self._on_cleared()
+        played = min(self._transport.played_samples(self.turn_id), self.total)
+        self.sent = played
+        return played
+
+    async def resume(self) -> None:
+        self.paused = False
+        self._running.set()
+        await self._send_pending()
+
+    async def drain(self) -> None:
+        """Return once everything is sent and played (waiting through pauses)."""
+        while True:
+            await self._running.wait()
+            await self._send_pending()
+            pauses = self._pauses
+            await self._transport.drain(self.turn_id)
+            if pauses == self._pauses and not self.paused and self.sent >= self.total:
+                return
+
+
+class Reply:
+    """State and tasks of one assistant reply (owned by the session's turn)."""
+
+    def __init__(
+        self,
+        turn_id: int,
+        engines: Engines,
+        cfg: Config,
+        transport: Transport,
+        clock: Callable[[], int],
+        mark: MarkFn,
+        speaker: ReplySpeaker,
+    ) -> None:
+        self.turn_id = turn_id
+        self._engines = engines
+        self._cfg = cfg
+        self._transport = transport
+        self._clock = clock
+        self._mark = mark
+        self.speaker = speaker
+        self.text = ""
+        self.clauses: list[SpokenClause] = []
+        self.llm_tokens = 0
+        self.audio_synthesized_s = 0.0
+        self.request_id = f"reply-{id(self)}-{turn_id}"
+
+    async def run(self, messages: list[ChatMessage]) -> None:
+        clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=8)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._generate(messages, clauses))
+                tg.create_task(self._speak(clauses))
+        except asyncio.CancelledError:
+            # the TaskGroup has closed the LLM stream (abort) and stopped synthesis
+            now = self._clock()
+            self._mark(Mark.LLM_ABORTED, now)
+            self._mark(Mark.TTS_STOPPED, now)
+            raise
+        await self.speaker.drain()
+
+    async def _generate(self, messages: list[ChatMessage], out: asyncio.Queue[str | None]) -> None:
+        chunker = ClauseChunker(self._cfg.tts.min_clause_words)
+        stream = self._engines.llm.stream(messages, self.request_id)
+        async with contextlib.aclosing(stream):  # closing aborts the engine's request
+            async for delta in stream:
+                self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
+                self.llm_tokens += delta.num_tokens
+                self.text += delta.text
+                self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
+                for clause in chunker.push(delta.text):
+                    self._mark(Mark.FIRST_CLAUSE, self._clock())
+                    await out.put(clause)
+        self._mark(Mark.LLM_DONE, self._clock())
+        for clause in chunker.flush():
+            self._mark(Mark.FIRST_CLAUSE, self._clock())
+            await out.put(clause)
+        await out.put(None)
+
+    async def _speak(self, clauses: asyncio.Queue[str | None]) -> None:
+        tts = self._engines.tts
+        out_rate = self._transport.output_rate_hz
+        while (clause := await clauses.get()) is not None:
+            pcm = await asyncio.to_thread(tts.synthesize, clause)
+            if pcm.size == 0:
+                continue
+            self._mark(Mark.TTS_FIRST_AUDIO, self._clock())
+            pcm = resample_int16(pcm, tts.sample_rate_hz, out_rate)
+            self.audio_synthesized_s += len(pcm) / out_rate
+            self.clauses.append(SpokenClause(clause, len(pcm)))
+            await self.speaker.add(pcm)
+            if not self.speaker.paused:
+                self._mark(Mark.FIRST_AUDIO_SENT, self._clock())
+        self._mark(Mark.LAST_AUDIO_SENT, self._clock())
