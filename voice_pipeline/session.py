@@ -106,6 +106,7 @@ class Session:
         self._replies: dict[int, _Turn] = {}  # replies in progress
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._ptt = False  # push-to-talk held: the user's turn is decided by the key, not the VAD
         self._idle = asyncio.Event()  # no user turn and no reply in progress
         self._idle.set()
         self._no_reply = asyncio.Event()
@@ -139,7 +140,10 @@ class Session:
                     self._pause_reply(speaking, onset)
                 case ConfirmInterruption():
                     self._confirm_interruption(speaking, "barge-in: long speech")
-        for step in self._endpointer.update(prob):
+        steps = self._endpointer.update(prob)
+        if self._ptt:
+            return  # push-to-talk decides the turn's start and end
+        for step in steps:
             match step:
                 case SpeechStarted():
                     current = self._by_id.get(self._turns.reply_turn or 0)
@@ -258,6 +262,27 @@ class Session:
             if not turn.interrupted:
                 self._pause_reply(turn, self._clock())
                 self._confirm_interruption(turn, "explicit interrupt")
+
+    def ptt_start(self) -> None:
+        """Push-to-talk pressed: interrupt the assistant and start the user's turn now."""
+        self.interrupt()
+        self._ptt = True
+        if self._user is None:
+            pos = self._input.position
+            pre = self._cfg.vad.pre_roll_ms * self.rate_hz // 1000
+            started = SpeechStarted(onset_sample=pos, start_sample=max(0, pos - pre), decided_sample=pos)
+            self._run(self._turns.speech_started(reply_audible=False), started)
+
+    def ptt_end(self) -> None:
+        """Push-to-talk released: the user's turn ends now (no end-of-speech silence)."""
+        self._ptt = False
+        if self._user is None:
+            return
+        pos = self._input.position
+        end = EndOfTurn(speech_end_sample=pos, decided_sample=pos)
+        self._user.transcriber.speculate()
+        self._end_user_turn(end)
+        self._run(self._turns.end_of_turn(), end)
 
     def _pause_reply(self, turn: _Turn, onset_ns: int) -> None:
         if turn.reply is None or not turn.reply.speaker.started or turn.reply.speaker.paused or turn.done:
