@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from voice_pipeline.config import Config, load_config
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import ConfigError, VoicePipelineError
 
 # Nothing may download weights at run time.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -39,7 +39,7 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE",
-        help="YAML config (sections vad, asr, llm, tts, audio, models, budget)",
+        help="YAML config (sections vad, asr, llm, tts, barge_in, audio, models, budget)",
     )
     p.add_argument(
         "--budget",
@@ -119,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="feed the input as fast as the pipeline takes it instead of in real time",
     )
+    p.add_argument(
+        "--echo-db",
+        type=float,
+        metavar="DB",
+        help="simulate a loudspeaker next to the microphone: mix what the listener hears back "
+        "into the input at this gain (e.g. -6); real time only",
+    )
+    p.add_argument(
+        "--echo-delay-ms",
+        type=float,
+        default=120.0,
+        metavar="MS",
+        help="delay of the simulated echo path (default: %(default)s)",
+    )
     _add_config_args(p)
     return parser
 
@@ -147,9 +161,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import prepare_models
     from voice_pipeline.report import format_summary, format_turn
-    from voice_pipeline.runner import run_audio, write_output, write_report
+    from voice_pipeline.runner import EchoPath, run_audio, write_output, write_report
 
     cfg = _config(args)
+    if args.echo_db is not None and args.fast:
+        raise ConfigError("--echo-db simulates a room in real time; it cannot be combined with --fast")
     input_path = args.input or _example_path()
     raw, in_rate = read_audio(input_path)  # bad input fails before any model loads
     paths = prepare_models(cfg, progress=_stderr)
@@ -160,7 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     async def go() -> int:
         try:
             await engines.warm_up()
-            result = await run_audio(engines, cfg, raw, in_rate, realtime=not args.fast)
+            echo = EchoPath(args.echo_db, args.echo_delay_ms) if args.echo_db is not None else None
+            result = await run_audio(engines, cfg, raw, in_rate, realtime=not args.fast, echo=echo)
         finally:
             await engines.aclose()
         for turn in result.turns:
