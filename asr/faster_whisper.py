@@ -1,7 +1,55 @@
 """``FasterWhisperASR``: Whisper (CTranslate2) through faster-whisper, on CPU.
 
-Decode options, and why (figures from /work/shared/MEASURED.md and this module's
-tests, tiny.en int8 on 2 shared cores):
+Two paths, one answer (:meth:`FasterWhisperASR.transcribe`):
+
+**Fast path** (:meth:`~FasterWhisperASR.transcribe_window`), audio up to
+``window_s - 1`` s (``window_s`` = 10 by default, so up to 9 s). faster-whisper pads
+every input to Whisper's 30 s window and the encoder dominates; here the log-mel
+features come from the model's own extractor (its last frame dropped, as
+``generate_segments`` does), are zero-padded (``pad_or_trim``'s value) to a 10 s
+window of 1000 frames, and go to ``ctranslate2.models.Whisper.generate`` directly,
+with faster-whisper's settings: prompt ``<|startoftranscript|> <|notimestamps|>`` for
+an English-only model (language and ``<|transcribe|>`` added for a multilingual one),
+``suppress_blank``, ``suppress_tokens=[-1]`` resolved by ``get_suppressed_tokens``,
+``beam_size`` from the config. What comes back is checked, and anything doubtful
+goes to the full path instead:
+
+* no-speech probability > 0.6 and average log-probability < -1.0: silence, "";
+* no-speech probability > 0.6 but a confident text: the full window judges (silence
+  sits on the -1.0 line: 3 s of zeros decoded "." at -0.99);
+* average log-probability < -1.0: unsure, the full window judges;
+* :func:`looks_degenerate`: the token budget ran out (``8/s * audio + 10`` tokens,
+  so a loop is cut early), more than ``5/s * audio + 3`` words, or an n-gram
+  repeated back to back (a window only as long as the audio loops: MEASURED.md
+  reports WER 117-412 %).
+
+A 50 ms lead-in of silence goes before the audio: a clip whose speech starts at
+its first sample was misheard more often in the short window ("What is the capital
+of Friends?"; 12-question set 19.8 % vs 18.1 % WER for the full path without it).
+Lead-ins of 0.05-0.2 s all helped about equally.
+
+Measured (tiny.en int8, beam 1, 2 shared cores, espeak-ng en-us+f3 150 wpm unless
+noted; WER over all words, case and punctuation folded; "framed" = 150 ms of silence
+before, 300 ms after, as the VAD delivers an utterance):
+
+=====================================  ==============  ==============
+set                                    fast path WER   full path WER
+=====================================  ==============  ==============
+12 questions, 0.9-7.1 s (116 words)    12.1 %          18.1 %
+same, framed                           12.1 %          14.7 %
+32 sentences x f3/m3 x bare/framed     12.6 %          14.9 %
+24 held-out, same 4 conditions         14.6 %          16.4 %
+=====================================  ==============  ==============
+
+Median decode 121-170 ms on the fast path vs 340-580 ms on the full path (the
+spread is other load on the machine; about 3x in every run). 3 of 248 clips fell
+back (low confidence or high no-speech probability). A fallback costs the fast
+attempt on top of the full decode: a decode forced to run into its token budget
+added about 0.45 s. Both paths differ in single words here and there, in both
+directions; on these sets neither is systematically better, the fast one slightly.
+
+Decode options of the full path (faster-whisper's ``transcribe``), and why (figures
+from /work/shared/MEASURED.md and this module's tests):
 
 ``beam_size=cfg.beam_size`` (1)
     Greedy by default. Beam 5 doubled the decode time (1.0 s vs 0.5 s on a 2.6 s
@@ -26,20 +74,27 @@ tests, tiny.en int8 on 2 shared cores):
     faster-whisper's own values, passed explicitly because they are the silence
     guard: a window whose no-speech probability is above 0.6 *and* whose average
     token log-probability is below -1.0 is dropped. With this,
-    pure silence and low-level noise decode to "" (measured: 0.5-6 s of zeros, 1-3 s
-    of noise at -50 dBFS), not to "Thank you.".
+    pure silence and low-level noise decode to "" (measured: 0.5-7 s of zeros, 1-3 s
+    of noise at -50 dBFS), not to "Thank you.". 8 s and more of digital zeros
+    decode to "you" on this path (not on the fast path, which takes up to 9 s).
+``chunk_length`` is never passed
+    It did not make decoding faster, and it overwrites the shared feature
+    extractor's window size, which would race between threads.
 
 Audio shorter than :data:`MIN_AUDIO_S` returns an empty :class:`Transcription`
-without touching the model: no word fits in it, and Whisper would still pay for a
-whole padded 30 s window.
+without touching the model: no word fits in it.
 
-The ~30 s window dominates the cost, so decode time is nearly flat in clip length
-(about 300-400 ms for 1-6 s on 2 shared cores).
+The 30 s window dominates the full path's cost, so its decode time is nearly flat in
+clip length (about 300-400 ms for 1-6 s on 2 shared cores); the fast path's is
+about 120-220 ms for 1-9 s.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +102,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.base import Transcription
-from voice_pipeline.errors import AudioInputError, EngineError, MissingPackageError, ModelError
+from voice_pipeline.errors import (
+    AudioInputError,
+    ConfigError,
+    EngineError,
+    MissingPackageError,
+    ModelError,
+)
 
 if TYPE_CHECKING:
     from voice_pipeline.config import ASRConfig
@@ -60,6 +121,31 @@ MIN_AUDIO_S = 0.1
 REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
 
 SAMPLE_RATE_HZ = 16000
+
+#: length of the short window the fast path pads its features to, seconds
+DEFAULT_WINDOW_S = 10.0
+#: the fast path takes audio up to ``window_s - WINDOW_MARGIN_S`` seconds
+WINDOW_MARGIN_S = 1.0
+#: silence the fast path puts before the audio: speech starting at the very first
+#: sample is misheard more often in a short window (see the module docstring)
+LEAD_IN_S = 0.05
+
+#: faster-whisper's silence guard: no-speech probability above this *and* ...
+NO_SPEECH_THRESHOLD = 0.6
+#: ... average token log-probability below this. Alone, a low average log-probability
+#: sends the fast path to the full 30 s window (faster-whisper re-decodes it too).
+LOG_PROB_THRESHOLD = -1.0
+
+#: a decode with more words than ``MAX_WORDS_PER_S * audio_s + MAX_EXTRA_WORDS``
+#: cannot be what was said: it is a loop
+MAX_WORDS_PER_S = 5.0
+MAX_EXTRA_WORDS = 3
+#: the fast path's token budget, ``ceil(MAX_NEW_TOKENS_PER_S * audio_s) + MAX_NEW_TOKENS_EXTRA``:
+#: above the word limit (~1.3 tokens a word), small enough that a loop ends early
+MAX_NEW_TOKENS_PER_S = 8.0
+MAX_NEW_TOKENS_EXTRA = 10
+#: an n-gram repeated back to back this often is a loop (single words: one more)
+MIN_LOOP_REPEATS = 3
 
 
 def check_model_dir(model_dir: Path) -> None:
@@ -86,7 +172,12 @@ class FasterWhisperASR:
 
     sample_rate_hz: int = SAMPLE_RATE_HZ
 
-    def __init__(self, cfg: ASRConfig, model_dir: Path) -> None:
+    def __init__(
+        self, cfg: ASRConfig, model_dir: Path, *, window_s: float | None = DEFAULT_WINDOW_S
+    ) -> None:
+        """``window_s``: the fast path's window (None = always the full 30 s window)."""
+        if window_s is not None and not 2.0 <= window_s <= 30.0:
+            raise ConfigError(f"asr: window_s must be between 2 and 30 seconds, got {window_s}")
         check_model_dir(model_dir)
         try:
             from faster_whisper import WhisperModel
@@ -107,16 +198,62 @@ class FasterWhisperASR:
             raise ModelError(
                 f"cannot load the faster-whisper model from {model_dir}: {exc}"
             ) from exc
+        self._window: _Window | None = (
+            None
+            if window_s is None
+            else _Window(self._model, language=cfg.language, beam_size=cfg.beam_size, window_s=window_s)
+        )
+
+    @property
+    def window_max_s(self) -> float:
+        """The longest audio the fast path takes, seconds (0 when it is off)."""
+        window = self._window
+        return 0.0 if window is None else window.max_audio_s
 
     def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
-        """Decode one utterance (mono float32 at 16 kHz). Blocking; call from a thread."""
+        """Decode one utterance (mono float32 at 16 kHz). Blocking; call from a thread.
+
+        The short-window fast path first (audio up to :attr:`window_max_s`), the full
+        30 s window when the audio is longer or the fast decode is unusable.
+        """
+        t0 = time.monotonic_ns()
+        result = self.transcribe_window(audio)
+        if result is not None:
+            return result
+        full = self.transcribe_full(audio)
+        return dataclasses.replace(full, decode_ms=(time.monotonic_ns() - t0) / 1e6)
+
+    def transcribe_window(self, audio: NDArray[np.float32]) -> Transcription | None:
+        """The fast path alone: features padded to the short window, one ``generate``.
+
+        None when the audio is longer than :attr:`window_max_s`, when the fast path is
+        off, or when the decode is unusable (:func:`looks_degenerate`, low confidence);
+        :meth:`transcribe` then decodes the full window.
+        """
         samples = _as_mono(audio)
         audio_s = samples.shape[0] / self.sample_rate_hz
         if audio_s < MIN_AUDIO_S:
-            return Transcription(text="", words=(), audio_s=audio_s, decode_ms=0.0)
-        model = self._model
-        if model is None:
-            raise EngineError("FasterWhisperASR is closed", retryable=False)
+            return _empty(audio_s)
+        window = self._window
+        if window is None or audio_s > window.max_audio_s:
+            return None
+        model = self._live_model()
+        t0 = time.monotonic_ns()
+        try:
+            text = window.decode(model, samples, audio_s)
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"faster-whisper decode failed: {exc}", retryable=False) from exc
+        if text is None:
+            return None
+        return _transcription(text, audio_s, (time.monotonic_ns() - t0) / 1e6)
+
+    def transcribe_full(self, audio: NDArray[np.float32]) -> Transcription:
+        """The full path alone: faster-whisper's ``transcribe`` on its 30 s window."""
+        samples = _as_mono(audio)
+        audio_s = samples.shape[0] / self.sample_rate_hz
+        if audio_s < MIN_AUDIO_S:
+            return _empty(audio_s)
+        model = self._live_model()
         cfg = self._cfg
         t0 = time.monotonic_ns()
         try:
@@ -129,18 +266,21 @@ class FasterWhisperASR:
                 word_timestamps=False,
                 condition_on_previous_text=False,
                 vad_filter=False,
-                no_speech_threshold=0.6,
-                log_prob_threshold=-1.0,
+                no_speech_threshold=NO_SPEECH_THRESHOLD,
+                log_prob_threshold=LOG_PROB_THRESHOLD,
             )
             # segments is lazy: decoding happens while iterating
             pieces = [segment.text.strip() for segment in segments]
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"faster-whisper decode failed: {exc}", retryable=False) from exc
-        decode_ms = (time.monotonic_ns() - t0) / 1e6
         text = " ".join(piece for piece in pieces if piece)
-        return Transcription(
-            text=text, words=tuple(text.split()), audio_s=audio_s, decode_ms=decode_ms
-        )
+        return _transcription(text, audio_s, (time.monotonic_ns() - t0) / 1e6)
+
+    def _live_model(self) -> Any:
+        model = self._model
+        if model is None:
+            raise EngineError("FasterWhisperASR is closed", retryable=False)
+        return model
 
     def close(self) -> None:
         """Release the model. Idempotent; later :meth:`transcribe` calls raise EngineError."""
@@ -155,3 +295,141 @@ def _as_mono(audio: NDArray[np.float32]) -> NDArray[np.float32]:
     if samples.ndim != 1:
         raise AudioInputError(f"ASR expects mono 1-D audio, got shape {samples.shape}")
     return np.ascontiguousarray(samples, dtype=np.float32)
+
+
+def _empty(audio_s: float) -> Transcription:
+    return Transcription(text="", words=(), audio_s=audio_s, decode_ms=0.0)
+
+
+def _transcription(text: str, audio_s: float, decode_ms: float) -> Transcription:
+    return Transcription(text=text, words=tuple(text.split()), audio_s=audio_s, decode_ms=decode_ms)
+
+
+# ------------------------------------------------------------ the fast path
+
+
+class _Window:
+    """The short-window decode: prompt, suppression list and shapes, fixed at load.
+
+    Immutable after ``__init__``, so one instance serves concurrent calls (the
+    feature extractor is only read: it is called without ``chunk_length``, which
+    would overwrite its window size).
+    """
+
+    def __init__(self, model: Any, *, language: str, beam_size: int, window_s: float) -> None:
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        extractor = model.feature_extractor
+        self.frames = round(window_s * extractor.sampling_rate / extractor.hop_length)
+        self.max_audio_s = window_s - WINDOW_MARGIN_S
+        self.sample_rate_hz: int = extractor.sampling_rate
+        self.beam_size = beam_size
+        multilingual = bool(model.model.is_multilingual)
+        # as WhisperModel.transcribe: an English-only model always decodes "en"
+        tokenizer = Tokenizer(
+            model.hf_tokenizer,
+            multilingual,
+            task="transcribe",
+            language=language if multilingual else "en",
+        )
+        self.tokenizer = tokenizer
+        # get_prompt(without_timestamps=True), no previous text: sot [lang transcribe] notimestamps
+        self.prompt: list[int] = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        # faster-whisper's default suppress_tokens=[-1]: the model's non-speech symbols
+        # plus the task and special tokens
+        self.suppress_tokens: list[int] = list(get_suppressed_tokens(tokenizer, [-1]))
+        self.max_length: int = model.max_length  # the decoder's 448 positions
+
+    def decode(self, model: Any, samples: NDArray[np.float32], audio_s: float) -> str | None:
+        """The text, "" for silence, or None when the full window should decode instead."""
+        import ctranslate2
+
+        lead_in = np.zeros(round(LEAD_IN_S * self.sample_rate_hz), dtype=np.float32)
+        features = model.feature_extractor(np.concatenate([lead_in, samples]))
+        # as generate_segments: the last frame (from the extractor's 160-sample tail
+        # padding) is not content; the rest is padded with zeros like pad_or_trim does
+        content = features[:, : features.shape[-1] - 1]
+        padded = np.zeros((1, content.shape[0], self.frames), dtype=np.float32)
+        padded[0, :, : content.shape[1]] = content
+        max_new_tokens = min(
+            math.ceil(MAX_NEW_TOKENS_PER_S * audio_s) + MAX_NEW_TOKENS_EXTRA,
+            self.max_length // 2 - len(self.prompt),
+        )
+        result = model.model.generate(
+            ctranslate2.StorageView.from_array(padded),
+            [self.prompt],
+            beam_size=self.beam_size,
+            patience=1.0,
+            length_penalty=1.0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            max_length=ct2_max_length(max_new_tokens, len(self.prompt), self.max_length),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=self.suppress_tokens,
+        )[0]
+        tokens: list[int] = result.sequences_ids[0]
+        # faster-whisper's recovery of the average log-probability (length_penalty 1)
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if result.no_speech_prob > NO_SPEECH_THRESHOLD:
+            # faster-whisper's guard: silence unless the text is confident. Silence sits
+            # near the -1.0 line (-0.99 for 3 s of zeros, decoded as "."), so a
+            # confident text over likely silence is left to the full window to judge.
+            return "" if avg_logprob < LOG_PROB_THRESHOLD else None
+        if avg_logprob < LOG_PROB_THRESHOLD:
+            return None  # unsure: the full window is the reference
+        text = str(self.tokenizer.decode(tokens)).strip()
+        if looks_degenerate(text, audio_s, hit_max_length=len(tokens) >= max_new_tokens):
+            return None
+        return text
+
+
+# ------------------------------------------------------------ pure decisions
+
+
+def looks_degenerate(text: str, audio_s: float, *, hit_max_length: bool) -> bool:
+    """Whether a short-window decode of ``audio_s`` seconds is a loop, not a transcript.
+
+    True when generation ran into its token budget, when there are more words than
+    anyone says in that time (``MAX_WORDS_PER_S * audio_s + MAX_EXTRA_WORDS``), or when
+    the words hold a back-to-back repeated n-gram (:func:`has_repeat_loop`).
+    """
+    if hit_max_length:
+        return True
+    words = _normalized_words(text)
+    if len(words) > MAX_WORDS_PER_S * audio_s + MAX_EXTRA_WORDS:
+        return True
+    return has_repeat_loop(words)
+
+
+def has_repeat_loop(words: Sequence[str]) -> bool:
+    """Whether some n-gram occurs :data:`MIN_LOOP_REPEATS` times back to back.
+
+    A single word needs one repeat more ("no no no" is speech, "no no no no" a loop).
+    Compares the words as given; :func:`looks_degenerate` folds case and punctuation.
+    """
+    count = len(words)
+    for n in range(1, count // MIN_LOOP_REPEATS + 1):
+        needed = MIN_LOOP_REPEATS + 1 if n == 1 else MIN_LOOP_REPEATS
+        for start in range(count - needed * n + 1):
+            gram = words[start : start + n]
+            if all(words[start + k * n : start + (k + 1) * n] == gram for k in range(1, needed)):
+                return True
+    return False
+
+
+def ct2_max_length(max_new_tokens: int, prompt_len: int, model_max_length: int) -> int:
+    """The ``max_length`` to pass to ``ctranslate2.models.Whisper.generate`` for a budget.
+
+    CTranslate2 (4.x) caps generation at ``min(max_length // 2, max_length - prompt_len)``
+    new tokens (the reference implementation's half context; OpenNMT/CTranslate2#1856),
+    so ``max_length=50`` gives 25 tokens, not 48.
+    """
+    return min(max(2 * max_new_tokens, max_new_tokens + prompt_len), model_max_length)
+
+
+def _normalized_words(text: str) -> list[str]:
+    kept = "".join(c.lower() if c.isalnum() or c.isspace() or c == "'" else " " for c in text)
+    return kept.split()

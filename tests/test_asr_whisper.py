@@ -7,13 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from speech import espeak, normalize, silence, word_error_rate
+from speech import concat, espeak, normalize, silence, word_error_rate
 
+import asr.faster_whisper as fw
 from asr.base import ASREngine
-from asr.faster_whisper import FasterWhisperASR
+from asr.faster_whisper import FasterWhisperASR, ct2_max_length, has_repeat_loop, looks_degenerate
 from asr.streaming import PartialTranscript, UtteranceTranscriber
 from voice_pipeline.config import ASRConfig
-from voice_pipeline.errors import EngineError, ModelError
+from voice_pipeline.errors import ConfigError, EngineError, ModelError
 
 pytestmark = pytest.mark.real_models
 
@@ -40,6 +41,51 @@ def test_question_word_error_rate(fw_asr: FasterWhisperASR) -> None:
     assert word_error_rate(reference, result.text) <= 0.15, result.text
     assert result.words == tuple(result.text.split())
     assert result.audio_s == pytest.approx(2.0, abs=0.5)
+
+
+def test_short_question_takes_the_fast_path(fw_asr: FasterWhisperASR) -> None:
+    reference = "What is the capital of France?"
+    audio = espeak(reference)
+    fast = fw_asr.transcribe_window(audio)
+    assert fast is not None  # decoded in the short window, no fallback
+    assert word_error_rate(reference, fast.text) <= 0.15, fast.text
+    assert fw_asr.transcribe(audio).text == fast.text
+    full = fw_asr.transcribe_full(audio)
+    assert word_error_rate(reference, full.text) <= 0.15, full.text
+
+
+def test_long_audio_takes_the_full_path(fw_asr: FasterWhisperASR) -> None:
+    sentences = [
+        "Can you tell me what the weather will be like in London tomorrow morning?",
+        "How long does it take to walk to the library from here?",
+        "Give me three ideas for a birthday present for my father.",
+    ]
+    audio = concat(*(part for s in sentences for part in (espeak(s), silence(0.4))))
+    assert audio.size / RATE > fw_asr.window_max_s
+    assert fw_asr.transcribe_window(audio) is None
+    result = fw_asr.transcribe(audio)
+    assert word_error_rate(" ".join(sentences), result.text) <= 0.15, result.text
+
+
+def test_degenerate_fast_decode_falls_back(
+    fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = "What is the capital of France?"
+    audio = espeak(reference)
+    monkeypatch.setattr(fw, "looks_degenerate", lambda text, audio_s, *, hit_max_length: True)
+    assert fw_asr.transcribe_window(audio) is None
+    assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
+
+
+def test_fast_decode_that_runs_out_of_tokens_falls_back(
+    fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = "What is the capital of France?"
+    audio = espeak(reference)
+    monkeypatch.setattr(fw, "MAX_NEW_TOKENS_PER_S", 0.0)
+    monkeypatch.setattr(fw, "MAX_NEW_TOKENS_EXTRA", 3)  # three tokens cannot hold six words
+    assert fw_asr.transcribe_window(audio) is None
+    assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
 
 
 async def test_streamed_partials_commit_a_prefix_of_the_final(fw_asr: FasterWhisperASR) -> None:
@@ -72,22 +118,47 @@ async def test_streamed_partials_commit_a_prefix_of_the_final(fw_asr: FasterWhis
         assert final_words[: len(words)] == words, (words, final.text)
 
 
-@pytest.mark.parametrize("seconds", [0.5, 1.0, 3.0])
+@pytest.mark.parametrize("seconds", [0.5, 1.0, 3.0, 6.0])
 def test_silence_transcribes_to_nothing(fw_asr: FasterWhisperASR, seconds: float) -> None:
     assert fw_asr.transcribe(silence(seconds)).text == ""
+    fast = fw_asr.transcribe_window(silence(seconds))
+    assert fast is None or fast.text == ""  # decided "silence" or left it to the full window
 
 
-def test_low_noise_is_not_a_sentence(fw_asr: FasterWhisperASR) -> None:
+def test_fast_path_decides_silence_itself(fw_asr: FasterWhisperASR) -> None:
+    fast = fw_asr.transcribe_window(silence(1.0))
+    assert fast is not None and fast.text == "" and fast.words == ()
+
+
+@pytest.mark.parametrize("seconds", [1.0, 2.0, 3.0])
+def test_low_noise_is_not_a_sentence(fw_asr: FasterWhisperASR, seconds: float) -> None:
     rng = np.random.default_rng(0)
-    noise = (rng.standard_normal(2 * RATE) * 0.003).astype(np.float32)  # about -50 dBFS
-    text = fw_asr.transcribe(noise).text
-    assert len(text.split()) <= 1 and "thank" not in text.lower(), text
+    noise = (rng.standard_normal(round(seconds * RATE)) * 0.003).astype(np.float32)  # ~ -50 dBFS
+    for text in (fw_asr.transcribe(noise).text, fw_asr.transcribe_full(noise).text):
+        assert len(text.split()) <= 1 and "thank" not in text.lower(), text
 
 
 def test_very_short_audio_skips_the_model(fw_asr: FasterWhisperASR) -> None:
     result = fw_asr.transcribe(espeak("Hi")[: RATE // 20])
     assert result.text == "" and result.words == () and result.decode_ms == 0.0
     assert fw_asr.transcribe(np.zeros(0, dtype=np.float32)).audio_s == 0.0
+
+
+def test_fast_path_can_be_turned_off() -> None:
+    engine = FasterWhisperASR(ASRConfig(cpu_threads=1), bundled_model_dir(), window_s=None)
+    try:
+        audio = espeak("What time is it?")
+        assert engine.window_max_s == 0.0
+        assert engine.transcribe_window(audio) is None
+        assert word_error_rate("What time is it?", engine.transcribe(audio).text) <= 0.15
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("window_s", [0.5, 1.9, 31.0])
+def test_window_length_is_checked(window_s: float) -> None:
+    with pytest.raises(ConfigError, match="window_s"):
+        FasterWhisperASR(ASRConfig(), bundled_model_dir(), window_s=window_s)
 
 
 def test_missing_model_dir(tmp_path: Path) -> None:
@@ -110,3 +181,66 @@ def test_closed_engine_refuses_to_decode() -> None:
     engine.close()
     with pytest.raises(EngineError, match="closed"):
         engine.transcribe(silence(1.0))
+
+
+# ------------------------------------------------------- the pure guard, no model
+
+
+@pytest.mark.parametrize(
+    ("text", "audio_s", "hit_max_length", "degenerate"),
+    [
+        ("What is the capital of France?", 2.1, False, False),
+        ("", 1.0, False, False),
+        ("Hello.", 0.5, False, False),
+        ("No, no, no.", 1.0, False, False),  # three single words: still speech
+        ("Add milk, add mint, add mint, add bread.", 3.7, False, False),  # two copies
+        ("What is the capital of France?", 2.1, True, True),  # ran out of tokens
+        ("No, no, no, no.", 1.0, False, True),  # four single words
+        ("Open the garage door Open the garage door Open the garage door", 4.0, False, True),
+        ("Open the garage door. Open the garage door. OPEN THE GARAGE DOOR!", 4.0, False, True),
+        ("so I said, thank you thank you thank you", 3.0, False, True),
+        # more words than 5 a second + 3
+        ("one two three four five six seven eight nine", 1.0, False, True),
+        ("one two three four five six seven eight", 1.0, False, False),
+        (" ".join(f"w{i}" for i in range(49)), 9.0, False, True),
+        (" ".join(f"w{i}" for i in range(48)), 9.0, False, False),
+    ],
+)
+def test_looks_degenerate(text: str, audio_s: float, hit_max_length: bool, degenerate: bool) -> None:
+    assert looks_degenerate(text, audio_s, hit_max_length=hit_max_length) is degenerate
+
+
+@pytest.mark.parametrize(
+    ("words", "loop"),
+    [
+        ("", False),
+        ("a", False),
+        ("a a a", False),
+        ("a a a a", True),
+        ("a b a b", False),
+        ("a b a b a b", True),
+        ("x a b a b a b y", True),
+        ("a b c a b c a b", False),
+        ("a b c a b c a b c", True),
+        ("a b c d e f g h i", False),
+    ],
+)
+def test_has_repeat_loop(words: str, loop: bool) -> None:
+    assert has_repeat_loop(words.split()) is loop
+
+
+@pytest.mark.parametrize(
+    ("max_new_tokens", "prompt_len", "expected"),
+    [
+        (25, 2, 50),  # CTranslate2 generates min(50 // 2, 50 - 2) = 25 tokens
+        (1, 2, 3),  # min(3 // 2, 3 - 2) = 1
+        (2, 4, 6),  # min(6 // 2, 6 - 4) = 2
+        (222, 2, 444),
+        (300, 2, 448),  # never past the decoder's 448 positions
+    ],
+)
+def test_ct2_max_length(max_new_tokens: int, prompt_len: int, expected: int) -> None:
+    max_length = ct2_max_length(max_new_tokens, prompt_len, 448)
+    assert max_length == expected
+    if max_length < 448:
+        assert min(max_length // 2, max_length - prompt_len) == max_new_tokens
