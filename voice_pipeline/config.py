@@ -187,6 +187,35 @@ class ModelsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """``voice-pipeline serve``: the WebSocket server (see docs/protocol.md)."""
+
+    #: address to bind; the default serves this machine only
+    host: str = "127.0.0.1"
+    port: int = 8765
+    #: concurrent voice sessions; one more is refused with close code 1013
+    max_sessions: int = 2
+    #: Origin values allowed to open /ws ("*" = any). Empty = same origin as the Host
+    #: header (and, when bound to a loopback address, a loopback Host: no DNS rebinding)
+    allowed_origins: tuple[str, ...] = ()
+    #: largest binary audio frame accepted (bytes); larger ones get a frame_too_large error
+    max_frame_bytes: int = 32768
+    #: a session that sends no audio for this long is closed
+    idle_timeout_s: float = 60.0
+    #: websockets keepalive: ping this often, close if no pong within ping_timeout_s (0 = off)
+    ping_interval_s: float = 20.0
+    ping_timeout_s: float = 20.0
+    #: server events queued for a client that is not reading before it is disconnected
+    max_queued_events: int = 1024
+    #: reply audio queued for a client that is not reading before the reply waits (seconds)
+    max_queued_audio_s: float = 2.0
+    #: drain waits this long beyond the audio's own duration for the listener to finish it
+    drain_grace_s: float = 2.0
+    #: folder served at /; None = the demo page bundled in clients/static
+    static_dir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     vad: VADConfig = field(default_factory=VADConfig)
     asr: ASRConfig = field(default_factory=ASRConfig)
@@ -196,6 +225,7 @@ class Config:
     barge_in: BargeInConfig = field(default_factory=BargeInConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
 
 
 # ---------------------------------------------------------------- loading
@@ -343,3 +373,19 @@ def validate(cfg: Config) -> None:
     for f in dataclasses.fields(cfg.budget):
         if getattr(cfg.budget, f.name) <= 0:
             raise ConfigError(f"budget.{f.name}: must be positive")
+    validate_server(cfg.server)
+
+
+def validate_server(s: ServerConfig) -> None:
+    if not 0 <= s.port <= 65535:
+        raise ConfigError("server.port: must be 0..65535")
+    if s.max_sessions < 1:
+        raise ConfigError("server.max_sessions: must be >= 1")
+    if s.max_frame_bytes < 2:
+        raise ConfigError("server.max_frame_bytes: must be >= 2")
+    if s.idle_timeout_s <= 0 or s.drain_grace_s < 0 or s.max_queued_audio_s <= 0:
+        raise ConfigError("server: idle_timeout_s and max_queued_audio_s must be > 0, drain_grace_s >= 0")
+    if s.ping_interval_s < 0 or s.ping_timeout_s < 0:
+        raise ConfigError("server: ping_interval_s and ping_timeout_s must be >= 0 (0 = off)")
+    if s.max_queued_events < 16:
+        raise ConfigError("server.max_queued_events: must be >= 16")
