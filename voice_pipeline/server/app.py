@@ -1,0 +1,163 @@
+"""The server of ``voice-pipeline serve``: one port, plain HTTP and the voice WebSocket.
+
+Routes: ``/ws`` (the voice session, docs/protocol.md), ``/healthz`` (JSON),
+``/metrics`` (Prometheus text), anything else a file of the static folder (the
+demo page). The engines are loaded once by the caller and shared; every
+connection gets its own :class:`~voice_pipeline.server.connection.VoiceConnection`
+and session. Admission, in order: the Origin must be allowed (else close 1008),
+the server must not be stopping (1001), and fewer than ``max_sessions`` may be
+connected (else 1013); those already connected are never affected.
+
+:meth:`VoiceServer.aclose` stops accepting, closes every connection with 1001,
+waits for each session's ``aclose()`` and returns; closing the engines is the
+caller's (they may outlive the server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from voice_pipeline.clock import now_ns
+from voice_pipeline.config import Config
+from voice_pipeline.engines import Engines
+from voice_pipeline.server.connection import VoiceConnection
+from voice_pipeline.server.metrics import CONTENT_TYPE, ServerMetrics
+from voice_pipeline.server.protocol import PROTOCOL_VERSION
+from voice_pipeline.server.web import (
+    default_static_dir,
+    json_response,
+    origin_allowed,
+    request_path,
+    response,
+    static_response,
+)
+
+log = logging.getLogger(__name__)
+
+WS_PATH = "/ws"
+SHUTDOWN_REASON = "server shutting down"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class VoiceServer:
+    def __init__(self, engines: Engines, cfg: Config, *, clock: Callable[[], int] = now_ns) -> None:
+        self._engines = engines
+        self._cfg = cfg
+        self._scfg = cfg.server
+        self._clock = clock
+        self.metrics = ServerMetrics()
+        self.static_dir = Path(self._scfg.static_dir) if self._scfg.static_dir else default_static_dir()
+        self.connections: set[VoiceConnection] = set()
+        self._server: Server | None = None
+        self._started_ns = clock()
+        self._stopping = False
+        self._loopback_only = is_loopback(self._scfg.host)
+
+    @property
+    def max_message_bytes(self) -> int:
+        """websockets' own limit: bigger messages close the connection with 1009. Frames
+        between ``max_frame_bytes`` and this get a ``frame_too_large`` error instead."""
+        return max(4 * self._scfg.max_frame_bytes, 65536)
+
+    async def start(self) -> None:
+        s = self._scfg
+        self._server = await serve(
+            self._handle,
+            s.host,
+            s.port,
+            process_request=self._process_request,
+            max_size=self.max_message_bytes,
+            ping_interval=s.ping_interval_s or None,
+            ping_timeout=s.ping_timeout_s or None,
+            compression=None,  # PCM barely compresses; deflate would only cost CPU
+            server_header="voice-pipeline",
+        )
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        host = self._scfg.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}/"
+
+    # ------------------------------------------------------------ plain HTTP
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "stopping" if self._stopping else "ok",
+            "protocol_version": PROTOCOL_VERSION,
+            "sessions_active": len(self.connections),
+            "max_sessions": self._scfg.max_sessions,
+            "uptime_s": round((self._clock() - self._started_ns) / 1e9, 1),
+        }
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request_path(request.path)
+        if path == WS_PATH:
+            return None  # the WebSocket handshake; admission is decided in _handle
+        if path == "/healthz":
+            return json_response(503 if self._stopping else 200, self.health())
+        if path == "/metrics":
+            return response(200, self.metrics.render().encode(), CONTENT_TYPE)
+        return static_response(self.static_dir, request.path)
+
+    # ------------------------------------------------------------ voice sessions
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        assert ws.request is not None
+        headers = ws.request.headers
+        origin = headers.get("Origin")
+        if not origin_allowed(origin, headers.get("Host"), self._scfg.allowed_origins, self._loopback_only):
+            self.metrics.session_refused("origin")
+            log.warning("refused a connection from origin %r", origin)
+            await ws.close(1008, "origin not allowed")
+            return
+        if self._stopping:
+            await ws.close(1001, SHUTDOWN_REASON)
+            return
+        if len(self.connections) >= self._scfg.max_sessions:
+            self.metrics.session_refused("limit")
+            await ws.close(1013, f"session limit reached ({self._scfg.max_sessions}); try again later")
+            return
+        conn = VoiceConnection(ws, self._engines, self._cfg, self.metrics, clock=self._clock)
+        self.connections.add(conn)
+        self.metrics.session_opened()
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            self.metrics.session_closed()
+
+    async def aclose(self) -> None:
+        """Close every session with 1001 and stop serving. Idempotent."""
+        if self._server is None:
+            return
+        self._stopping = True
+        self._server.close(close_connections=False)  # stop accepting; 503 to handshakes under way
+        await asyncio.gather(*(conn.close(1001, SHUTDOWN_REASON) for conn in list(self.connections)))
+        await self._server.wait_closed()
+        for conn in list(self.connections):  # handlers have returned; belt and braces
+            await conn.aclose()
