@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import signal
 import sys
 import time
 from importlib import resources
@@ -27,6 +28,7 @@ streaming TTS (Piper), with a per-stage latency budget ledger.
 
   voice-pipeline models       prepare and verify the bundled models (once, ~1 min)
   voice-pipeline run          answer the questions spoken in a WAV file
+  voice-pipeline serve        talk to it from a browser (WebSocket server + demo page)
 """
 
 
@@ -134,6 +136,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="delay of the simulated echo path (default: %(default)s)",
     )
     _add_config_args(p)
+
+    p = sub.add_parser(
+        "serve",
+        help="serve the voice assistant over WebSocket, with a demo page",
+        description="Load the models once, then serve a browser demo page at / and voice sessions "
+        "over WebSocket at /ws (protocol: docs/protocol.md), plus /healthz and /metrics (Prometheus). "
+        "Each connection is its own conversation; the models are shared. Binds 127.0.0.1 (this "
+        "machine only) unless --host says otherwise; browsers allow the microphone on http:// only "
+        "for localhost. Ctrl-C (or SIGTERM) closes every session and stops.",
+    )
+    p.add_argument("--host", metavar="ADDR", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, metavar="N", help="port to listen on (default: 8765; 0 = any free)")
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        metavar="N",
+        help="concurrent voice sessions; more are refused with close code 1013 (default: 2)",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="let pages from ORIGIN (e.g. https://example.org) connect; repeatable; '*' = any "
+        "(default: only the server's own page)",
+    )
+    _add_config_args(p)
     return parser
 
 
@@ -196,6 +224,67 @@ def cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
+    from voice_pipeline.config import validate_server
+
+    server = cfg.server
+    for flag, key in (("host", "host"), ("port", "port"), ("max_sessions", "max_sessions")):
+        value = getattr(args, flag)
+        if value is not None:
+            server = dataclasses.replace(server, **{key: value})
+    if args.allow_origin:
+        server = dataclasses.replace(server, allowed_origins=tuple(args.allow_origin))
+    validate_server(server)
+    return dataclasses.replace(cfg, server=server)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from voice_pipeline.engines import Engines
+    from voice_pipeline.models import prepare_models
+    from voice_pipeline.server.app import VoiceServer, is_loopback
+
+    cfg = _server_config(args, _config(args))
+    paths = prepare_models(cfg, progress=_stderr)
+    engines = Engines.load(cfg, paths, _stderr)
+
+    async def go() -> int:
+        try:
+            t0 = time.monotonic()
+            _stderr("warming up the engines ...")
+            await engines.warm_up()
+            _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
+            server = VoiceServer(engines, cfg)
+            try:
+                await server.start()
+            except OSError as exc:
+                raise VoicePipelineError(
+                    f"cannot listen on {cfg.server.host}:{cfg.server.port}: {exc.strerror or exc}"
+                ) from exc
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            print(f"voice-pipeline: open {server.url} in a browser (Ctrl-C stops)", flush=True)
+            if not is_loopback(cfg.server.host):
+                _stderr(
+                    "note: browsers only allow the microphone on https:// or on localhost; "
+                    "from other machines put the server behind TLS"
+                )
+            try:
+                await stop.wait()
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+                _stderr(f"shutting down: closing {len(server.connections)} session(s) ...")
+                await server.aclose()
+        finally:
+            await engines.aclose()
+        _stderr("stopped")
+        return 0
+
+    return asyncio.run(go())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -205,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handler = {"models": cmd_models, "run": cmd_run}[args.command]
+    handler = {"models": cmd_models, "run": cmd_run, "serve": cmd_serve}[args.command]
     try:
         return handler(args)
     except VoicePipelineError as exc:
