@@ -129,8 +129,9 @@ CLASSIFY: list[tuple[str, InterruptionKind]] = [
     # a real question sharing a few of the assistant's words
     ("what is the capital of Spain", InterruptionKind.WORDS),
     ("how many people live in Paris", InterruptionKind.WORDS),
-    # a single word is never taken for echo
-    ("Paris", InterruptionKind.WORDS),
+    # a single word the assistant just said is taken for its echo (a fragment of it)
+    ("Paris", InterruptionKind.ECHO),
+    ("Madrid", InterruptionKind.WORDS),
 ]
 
 

@@ -124,6 +124,6 @@ def classify_interruption(
     if i == len(words):
         return InterruptionKind.BACKCHANNEL
     spoken = set(words_of(assistant_recent))
-    if len(words) >= 2 and sum(w in spoken for w in words) / len(words) >= echo_overlap:
+    if sum(w in spoken for w in words) / len(words) >= echo_overlap:
         return InterruptionKind.ECHO
     return InterruptionKind.WORDS

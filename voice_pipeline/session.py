@@ -138,8 +138,11 @@ class Session:
             match action:
                 case PauseReply(onset_ns=onset):
                     self._pause_reply(speaking, onset)
-                case ConfirmInterruption():
-                    self._confirm_interruption(speaking, "barge-in: long speech")
+                case ConfirmInterruption(onset_ns=onset):
+                    if self._long_echo(onset):  # a long window tells echo apart reliably
+                        self._false_interruption(speaking, InterruptionKind.ECHO)
+                    else:
+                        self._confirm_interruption(speaking, "barge-in: long speech")
         steps = self._endpointer.update(prob)
         if self._ptt:
             return  # push-to-talk decides the turn's start and end
@@ -184,11 +187,16 @@ class Session:
     def _reference_cleared(self, turn_id: int) -> None:
         self._reference.clear(turn_id, self._ref_pos(self._clock()))
 
-    def _is_echo(self) -> bool:
+    def _long_echo(self, onset_ns: int) -> bool:
+        """Is the speech since ``onset_ns`` (up to 1 s of it) the assistant's own voice?"""
+        span = (self._input.time_of(self._vad_end) - onset_ns) / 1e9
+        return self._is_echo(min(1.0, max(span, _ECHO_WINDOW_S)))
+
+    def _is_echo(self, window_s: float = _ECHO_WINDOW_S) -> bool:
         cfg = self._cfg.barge_in
         if not cfg.echo_suppression:
             return False
-        n = int(_ECHO_WINDOW_S * self.rate_hz)
+        n = int(window_s * self.rate_hz)
         mic = self._input.window(self._vad_end, n)
         if mic is None:
             return False
