@@ -26,7 +26,8 @@ goes to the full path instead:
 A 50 ms lead-in of silence goes before the audio: a clip whose speech starts at
 its first sample was misheard more often in the short window ("What is the capital
 of Friends?"; 12-question set 19.8 % vs 18.1 % WER for the full path without it).
-Lead-ins of 0.05-0.2 s all helped about equally.
+Lead-ins of 0.05-0.2 s all helped, by similar amounts (a few words apart);
+0.05 s had the lowest WER averaged over the three sets below.
 
 Measured (tiny.en int8, beam 1, 2 shared cores, espeak-ng en-us+f3 150 wpm unless
 noted; WER over all words, case and punctuation folded; "framed" = 150 ms of silence
@@ -41,12 +42,15 @@ same, framed                           12.1 %          14.7 %
 24 held-out, same 4 conditions         14.6 %          16.4 %
 =====================================  ==============  ==============
 
-Median decode 121-170 ms on the fast path vs 340-580 ms on the full path (the
-spread is other load on the machine; about 3x in every run). 3 of 248 clips fell
-back (low confidence or high no-speech probability). A fallback costs the fast
-attempt on top of the full decode: a decode forced to run into its token budget
-added about 0.45 s. Both paths differ in single words here and there, in both
-directions; on these sets neither is systematically better, the fast one slightly.
+Median decode on the 12-question set 121-157 ms on the fast path vs 341-477 ms on
+the full path (four runs; the spread is other load on the machine). By clip length,
+under heavy load (1 / 3 / 6 / 9 s): fast 136-192 / 113-180 / 200-344 / 232-362 ms,
+full 552-1210 / 633-1382 / 606-1289 / 648-1723 ms; about 3x in every run. 3 of 248
+clips fell back (low confidence or high no-speech probability). A fallback costs
+the fast attempt on top of the full decode: a decode forced to run into its token
+budget (end-of-text suppressed) added 0.2-0.5 s. The two paths differ in single
+words here and there, in both directions; on these sets the fast one was slightly
+better, not worse.
 
 Decode options of the full path (faster-whisper's ``transcribe``), and why (figures
 from /work/shared/MEASURED.md and this module's tests):
@@ -85,8 +89,8 @@ Audio shorter than :data:`MIN_AUDIO_S` returns an empty :class:`Transcription`
 without touching the model: no word fits in it.
 
 The 30 s window dominates the full path's cost, so its decode time is nearly flat in
-clip length (about 300-400 ms for 1-6 s on 2 shared cores); the fast path's is
-about 120-220 ms for 1-9 s.
+clip length (about 300-400 ms for 1-6 s on 2 quiet shared cores); the fast path's
+grows with the tokens decoded (see above).
 """
 
 from __future__ import annotations
