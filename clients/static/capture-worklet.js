@@ -6,7 +6,7 @@
 // processorOptions: { targetRate: 16000, frameMs: 20 }
 
 const PHASES = 256; // fractional positions the filter is tabulated at
-const ZERO_CROSSINGS = 8; // half-width of the filter, in output-rate samples
+const ZERO_CROSSINGS = 16; // half-width of the filter, in output-rate samples (1 ms at 16 kHz)
 
 class SincResampler {
   constructor(inRate, outRate) {
