@@ -14,6 +14,8 @@
 //            {played} every ~100 ms while it changes, and at once (with
 //            `cleared`: the turn id) right after an `audio.clear` was carried out.
 //
+// URL parameters: `?ws=ws://host:port/ws` talks to another server; `?aec=0`,
+// `?ns=0`, `?agc=0` turn a microphone processing step off (diagnosis only).
 // For tests and the curious, live counters are on `window.demo`.
 
 import { fmtMs, normalizeBudgets, renderWaterfall, TOTAL } from "./waterfall.js";
@@ -70,6 +72,22 @@ const ui = {
 };
 
 let session = null; // the live Session, if any
+
+/**
+ * Echo cancellation, noise suppression and automatic gain control are on; for
+ * diagnosis, `?aec=0`, `?ns=0`, `?agc=0` in the page's URL turn one off (with
+ * synthetic test speech, Chromium's noise suppression and AGC alone make
+ * Whisper tiny.en mishear a word now and then).
+ */
+function micConstraints(params) {
+  const on = (name) => params.get(name) !== "0";
+  return {
+    echoCancellation: on("aec"),
+    noiseSuppression: on("ns"),
+    autoGainControl: on("agc"),
+    channelCount: 1,
+  };
+}
 
 // ------------------------------------------------------------------ UI helpers
 
@@ -344,7 +362,7 @@ class Session {
     // Created inside the click handler's task, so autoplay policies allow it.
     this.ctx = new AudioContext({ latencyHint: "interactive" });
     this.stream = await navigator.mediaDevices.getUserMedia({
-      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true, channelCount: 1 },
+      audio: micConstraints(new URLSearchParams(location.search)),
       video: false,
     });
     await Promise.all([
