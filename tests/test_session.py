@@ -139,8 +139,8 @@ async def test_one_turn(h: Harness) -> None:
     assert "".join(e.text for e in t.of(ev.AssistantTextStreamed)) == REPLY
 
     # VAD decisions on exact samples: the tone spans samples 3200..11200; the first voiced
-    # frame starts at 3072, the last ends at 11264, the end of turn comes 10 silent frames
-    # later (16384), decided in the 20 ms chunk that completes that frame (ends at 16640).
+    # frame starts at 3072, the last ends at 11264, the end of turn comes 8 silent frames
+    # later (15360), decided in the 20 ms chunk that completes that frame (ends at 15360).
     onset, speech_end = 3200 // FRAME * FRAME, math.ceil((3200 + 8000) / FRAME) * FRAME
     decided = speech_end + math.ceil(h.cfg.vad.end_silence_ms * RATE / 1000 / FRAME) * FRAME
     decided_chunk_end = math.ceil(decided / CHUNK) * CHUNK
@@ -152,7 +152,7 @@ async def test_one_turn(h: Harness) -> None:
     assert rec.marks_ns["speech_start"] == d.t_of_sample(onset)
     assert rec.marks_ns["speech_end"] == d.t_of_sample(speech_end)
     assert rec.marks_ns["endpoint"] == endpoint.t_ns
-    assert rec.stages_ms["endpointing"] == (decided_chunk_end - speech_end) / 16 == 336.0
+    assert rec.stages_ms["endpointing"] == (decided_chunk_end - speech_end) / 16 == 256.0
 
     # every critical-path stage, adding up to voice to voice; marks in causal order
     assert set(rec.stages_ms) == {s.name for s in CRITICAL_PATH} | {"voice_to_voice"}

@@ -154,22 +154,22 @@ CASES = [
     # min speech 150 ms = 1200 samples -> 5 frames (1280); end silence 300 ms = 2400 -> 10 frames;
     # pre-roll (150 ms by default) = 1200 samples
     Case("8 kHz, 256-sample frames, defaults", "." * 12 + "#####" + "." * 10,
-         cfg=VADConfig(), rate=8000, frame=256, expected=[
+         cfg=VADConfig(end_silence_ms=300), rate=8000, frame=256, expected=[
              (16, SpeechStarted(12 * 256, 12 * 256 - VADConfig().pre_roll_ms * 8, 17 * 256)),
              (17, PauseStarted(17 * 256)),
              (26, EndOfTurn(17 * 256, 27 * 256)),
          ]),
     Case("8 kHz, 256-sample frames, 4 frames is too short", "####" + "." * 10,
-         cfg=VADConfig(), rate=8000, frame=256, expected=[]),
+         cfg=VADConfig(end_silence_ms=300), rate=8000, frame=256, expected=[]),
     # 8 kHz, WebRTC's 240-sample (30 ms) frames: exactly 5 and 10 frames
     Case("8 kHz, 240-sample frames, defaults", "#####" + "." * 10,
-         cfg=VADConfig(), rate=8000, frame=240, expected=[
+         cfg=VADConfig(end_silence_ms=300), rate=8000, frame=240, expected=[
              (4, SpeechStarted(0, 0, 5 * 240)),
              (5, PauseStarted(5 * 240)),
              (14, EndOfTurn(5 * 240, 15 * 240)),
          ]),
     Case("8 kHz, 240-sample frames, 9 silent frames are not enough", "#####" + "." * 9,
-         cfg=VADConfig(), rate=8000, frame=240, expected=[
+         cfg=VADConfig(end_silence_ms=300), rate=8000, frame=240, expected=[
              (4, SpeechStarted(0, 0, 5 * 240)),
              (5, PauseStarted(5 * 240)),
          ]),

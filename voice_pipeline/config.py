@@ -38,8 +38,10 @@ class VADConfig:
     neg_threshold: float = 0.35
     #: voiced time needed before a turn starts (rejects clicks)
     min_speech_ms: int = 150
-    #: trailing silence after which the user's turn is over
-    end_silence_ms: int = 300
+    #: silence after the last voiced VAD frame after which the user's turn is over. Silero's
+    #: hangover puts that frame 50-100 ms after the sound ends, so the user has been silent
+    #: for about 300-350 ms when the turn ends.
+    end_silence_ms: int = 250
     #: audio kept from before the detected start so first phonemes are not lost
     pre_roll_ms: int = 150
     #: webrtcvad aggressiveness 0..3
