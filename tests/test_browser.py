@@ -10,8 +10,8 @@ the session's engines), and plays the reply through its playback worklet, whose
 played-sample count the page reports back. Chromium's noise suppression and gain
 control, which the page turns on, make tiny.en hear "friends" for "France" in
 some passes, so the test waits for the first turn whose transcript is the
-question. The page's counters are read from
-``window.demo``. A screenshot of the page is saved and its path printed.
+question. The page's counters are read from ``window.demo``. A screenshot of
+the page is saved and its path printed.
 """
 
 from __future__ import annotations

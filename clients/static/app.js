@@ -554,6 +554,12 @@ class Session {
         break;
       case "error":
         showError(msg.code || "error", msg.message || "");
+        if (demo.state === "connecting") {
+          // our `start` was refused: nothing will work on this connection
+          this.ws.close(1000);
+          this.teardown();
+          setState("failed", msg.message || msg.code);
+        }
         break;
       default:
         break; // newer servers may send more; ignore what we do not know
