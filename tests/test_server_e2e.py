@@ -32,6 +32,7 @@ QUESTION = "What is the capital of France?"
 STORY = "Tell me a long story about a brave knight and a dragon."
 OUT_RATE = 24000
 MAX_FRAME_BYTES = 4096
+MIC_RATE = 48000  # the barge-in test's microphone: 20 ms = 1920 bytes
 
 
 @contextlib.asynccontextmanager
@@ -281,17 +282,22 @@ async def test_shutdown_closes_sessions_with_1001(engines: Engines, config: Conf
 
 
 async def test_speaking_over_the_reply_clears_its_audio(server: VoiceServer) -> None:
-    async with voice_client(ws_url(server)) as client:
-        await client.start(reports=True)
+    """Also a 48 kHz microphone (resampled by the server) and a listener that reports playback."""
+
+    def speech(text: str) -> np.ndarray:
+        return resample(espeak(text), 16000, MIC_RATE)
+
+    async with voice_client(ws_url(server), rate_hz=MIC_RATE) as client:
+        await client.start(sample_rate=MIC_RATE, output_sample_rate=16000, reports=True)
         listener = client.listener
         assert listener is not None
         client.start_microphone()
-        client.say(espeak(STORY))
+        client.say(speech(STORY))
         first = await client.wait_for(lambda m: m["type"] == "assistant.audio", 120)
         story = first["turn_id"]
         two_s = 2 * listener.rate_hz
         await client.wait_until(lambda: listener.played_by_turn.get(story, 0) >= two_s, 60)
-        client.say(espeak(QUESTION))
+        client.say(speech(QUESTION))
         await client.wait_for(lambda m: m["type"] == "audio.clear" and m["turn_id"] == story, 30)
         await client.wait_for(lambda m: m["type"] == "reply.interrupted" and m["turn_id"] == story, 30)
         cut = await client.wait_for(lambda m: m["type"] == "turn.latency" and m["turn_id"] == story, 30)

@@ -211,9 +211,9 @@ class VoiceClient:
 
 
 @contextlib.asynccontextmanager
-async def voice_client(url: str, **connect_args: Any) -> Any:
+async def voice_client(url: str, rate_hz: int = 16000, **connect_args: Any) -> Any:
     async with connect(url, **connect_args) as ws:
-        client = VoiceClient(ws)
+        client = VoiceClient(ws, rate_hz)
         client.start_reading()
         try:
             yield client
