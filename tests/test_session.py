@@ -523,7 +523,8 @@ async def test_explicit_interrupt_while_thinking(h: Harness) -> None:
     t, d, llm = h.transport, h.driver, h.fakes.llm
     llm.hold_after(0)
     await d.speak(0.4)
-    await d.quiet_until(lambda: llm.unfinished_requests() == 1)
+    # the LLM starts on the speculative transcript before the endpoint: wait for both
+    await d.quiet_until(lambda: llm.unfinished_requests() == 1 and bool(t.of(ev.EndpointDetected, 1)))
     h.session.interrupt()
     assert t.of(ev.ReplyPaused) == []  # nothing was playing
     assert [i.reason for i in t.of(ev.ReplyInterrupted, 1)] == ["explicit interrupt"]
@@ -537,7 +538,8 @@ async def test_speech_before_the_reply_is_audible_cancels_it_at_once(h: Harness)
     t, d, llm = h.transport, h.driver, h.fakes.llm
     llm.hold_after(0)  # thinking: no token, no audio yet
     await d.speak(0.4)
-    await d.quiet_until(lambda: llm.unfinished_requests() == 1)
+    # the LLM starts on the speculative transcript before the endpoint: wait for both
+    await d.quiet_until(lambda: llm.unfinished_requests() == 1 and bool(t.of(ev.EndpointDetected, 1)))
     h.fakes.asr.text = "never mind"
     await d.speak_until(lambda: bool(t.of(ev.SpeechStarted, 2)))
     interrupted = t.of(ev.ReplyInterrupted, 1)
@@ -931,3 +933,30 @@ async def test_run_audio_fast_two_questions() -> None:
         assert values[1] / 1000 == pytest.approx(onset + 0.6, abs=0.04)
         previous_end = values[-1]
     assert result.summary["endpointing"]["n"] == 2.0
+
+
+# ------------------------------------------------------------ LLM prefetch
+
+
+async def test_the_llm_starts_on_the_speculative_transcript(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    await d.speak(0.5)
+    await d.quiet_until(lambda: bool(t.of(ev.TurnCompleted, 1)))
+    rec = h.record(1)
+    assert rec.llm_prefetched
+    assert len(llm.started) == 1 and llm.started[0].startswith("prefetch-")  # one request, reused
+    assert rec.assistant_text == REPLY
+    assert llm.aborted == []
+
+
+async def test_a_prefetch_is_dropped_when_the_user_goes_on(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    llm.hold_after(2)  # the prefetched request is still streaming when speech resumes
+    await d.speak(0.5)
+    await d.quiet_until(lambda: len(llm.started) == 1, max_s=0.2)  # a pause shorter than the end silence
+    await d.speak(0.5)
+    assert llm.aborted == llm.started[:1]  # the first prefetch was aborted
+    llm.release()
+    await d.quiet_until(lambda: bool(t.of(ev.TurnCompleted, 1)))
+    assert h.record(1).assistant_text == REPLY
+    assert llm.unfinished_requests() == 0

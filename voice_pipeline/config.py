@@ -86,6 +86,9 @@ class LLMConfig:
     dtype: str = "bfloat16"
     #: a request with no token for this long is an error
     request_timeout_s: float = 30.0
+    #: start the LLM on the speculative transcript while the end-of-turn silence runs;
+    #: used if the final transcript is the same, aborted if the user goes on speaking
+    speculative_start: bool = True
 
 
 @dataclass(frozen=True, slots=True)

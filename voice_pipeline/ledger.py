@@ -110,6 +110,8 @@ class TurnRecord:
     work: WorkAccount
     asr_decode_ms: float
     asr_speculative: bool
+    #: the LLM was started on the speculative transcript, before the endpoint
+    llm_prefetched: bool = False
     #: this reply was paused by speech that turned out not to be an interruption
     false_interruptions: int = 0
     #: for a user turn spoken over the assistant: what it was (bargein.InterruptionKind)
@@ -132,6 +134,7 @@ class TurnRecord:
                 for b in self.budgets_broken
             ],
             "asr": {"decode_ms": round(self.asr_decode_ms, 1), "speculative": self.asr_speculative},
+            "llm": {"prefetched": self.llm_prefetched},
             "false_interruptions": self.false_interruptions,
             "interruption": self.interruption,
             "work": {
@@ -158,6 +161,7 @@ class TurnLedger:
         self.asr_speculative = False
         self.false_interruptions = 0
         self.interruption: str | None = None
+        self.llm_prefetched = False
 
     def mark(self, mark: Mark, t_ns: int) -> list[BudgetBreach]:
         """Record ``mark`` at ``t_ns``; return the budgets broken by stages it ends."""
@@ -217,6 +221,7 @@ class TurnLedger:
             ),
             asr_decode_ms=self.asr_decode_ms,
             asr_speculative=self.asr_speculative,
+            llm_prefetched=self.llm_prefetched,
             false_interruptions=self.false_interruptions,
             interruption=self.interruption,
         )

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
-from llm.base import ChatMessage
+from llm.base import ChatMessage, LLMDelta
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
@@ -105,6 +105,44 @@ class ReplySpeaker:
                 return
 
 
+class PrefetchedStream:
+    """LLM deltas requested before the end of the user's turn, buffered for the reply.
+
+    The session starts the LLM on the speculative transcript while the end-of-turn
+    silence is still running; the reply then reads the buffer instead of waiting
+    for a fresh request. Whoever pumps it calls :meth:`push` and :meth:`close`.
+    """
+
+    def __init__(self, user_text: str, history_len: int) -> None:
+        self.user_text = user_text
+        self.history_len = history_len  # the conversation it was asked with
+        self._items: list[LLMDelta] = []
+        self._done = False
+        self._error: BaseException | None = None
+        self._changed = asyncio.Event()
+
+    def push(self, delta: LLMDelta) -> None:
+        self._items.append(delta)
+        self._changed.set()
+
+    def close(self, error: BaseException | None = None) -> None:
+        self._done, self._error = True, error
+        self._changed.set()
+
+    async def stream(self) -> AsyncGenerator[LLMDelta, None]:
+        i = 0
+        while True:
+            while i < len(self._items):
+                yield self._items[i]
+                i += 1
+            if self._done:
+                if self._error is not None:
+                    raise self._error
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+
 class Reply:
     """State and tasks of one assistant reply (owned by the session's turn)."""
 
@@ -131,11 +169,11 @@ class Reply:
         self.audio_synthesized_s = 0.0
         self.request_id = f"reply-{id(self)}-{turn_id}"
 
-    async def run(self, messages: list[ChatMessage]) -> None:
+    async def run(self, messages: list[ChatMessage], prefetched: PrefetchedStream | None = None) -> None:
         clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=8)
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self._generate(messages, clauses))
+                tg.create_task(self._generate(messages, clauses, prefetched))
                 tg.create_task(self._speak(clauses))
         except asyncio.CancelledError:
             # the TaskGroup has closed the LLM stream (abort) and stopped synthesis
@@ -145,9 +183,14 @@ class Reply:
             raise
         await self.speaker.drain()
 
-    async def _generate(self, messages: list[ChatMessage], out: asyncio.Queue[str | None]) -> None:
+    async def _generate(
+        self, messages: list[ChatMessage], out: asyncio.Queue[str | None], prefetched: PrefetchedStream | None
+    ) -> None:
         chunker = ClauseChunker(self._cfg.tts.min_clause_words)
-        stream = self._engines.llm.stream(messages, self.request_id)
+        if prefetched is not None:
+            stream = prefetched.stream()  # its owner aborts the request
+        else:
+            stream = self._engines.llm.stream(messages, self.request_id)
         async with contextlib.aclosing(stream):  # closing aborts the engine's request
             async for delta in stream:
                 self._mark(Mark.LLM_FIRST_TOKEN, self._clock())

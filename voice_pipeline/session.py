@@ -21,10 +21,11 @@ Ownership:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,7 @@ from voice_pipeline.heard import heard_text
 from voice_pipeline.inputbuf import InputHistory
 from voice_pipeline.ledger import Mark, SessionLedger, TurnLedger, TurnRecord
 from voice_pipeline.playout import Playout
-from voice_pipeline.reply import Reply, ReplySpeaker
+from voice_pipeline.reply import PrefetchedStream, Reply, ReplySpeaker
 from voice_pipeline.transport import Transport
 from voice_pipeline.turns import BeginUserTurn, CancelReply, Command, StartReply, TurnTaker
 
@@ -76,6 +77,9 @@ class _Turn:
     user_text: str = ""
     user_paused: bool = False  # the VAD hears a pause inside the user's utterance
     spoken_over: int | None = None  # the reply this utterance was spoken over
+    prefetch_task: asyncio.Task[None] | None = None  # LLM started on the speculative transcript
+    prefetched: PrefetchedStream | None = None
+    prefetch_ready: asyncio.Event = field(default_factory=asyncio.Event)
     interrupted: bool = False
     done: bool = False
 
@@ -162,10 +166,12 @@ class Session:
                         self._user.user_paused = True
                         if self._cfg.asr.speculative_final:
                             self._user.transcriber.speculate()
+                            self._start_prefetch(self._user)
                 case SpeechResumed():
                     if self._user is not None:
                         self._user.user_paused = False
                         self._user.transcriber.invalidate()
+                        self._drop_prefetch(self._user)
                 case EndOfTurn():
                     self._end_user_turn(step)
                     self._run(self._turns.end_of_turn(), step)
@@ -254,6 +260,65 @@ class Session:
         start = max(0, vad_end - int(_END_SEARCH_S * self.rate_hz))
         end = last_sound_end(self._input.since(start)[: vad_end - start], self.rate_hz)
         return vad_end if end is None else min(vad_end, start + end)
+
+    # ------------------------------------------------------------ LLM prefetch
+
+    def _messages(self, user_text: str) -> list[ChatMessage]:
+        return [
+            ChatMessage("system", self._cfg.llm.system_prompt),
+            *self.history,
+            ChatMessage("user", user_text),
+        ]
+
+    def _start_prefetch(self, turn: _Turn) -> None:
+        """Start the LLM on the speculative transcript while the end-of-turn silence runs."""
+        if not self._cfg.llm.speculative_start or turn.spoken_over is not None:
+            return
+        self._drop_prefetch(turn)
+        turn.prefetch_ready = asyncio.Event()
+        turn.prefetch_task = self._spawn(
+            self._prefetch(turn, turn.prefetch_ready), f"prefetch-{turn.turn_id}"
+        )
+
+    def _drop_prefetch(self, turn: _Turn) -> None:
+        if turn.prefetch_task is not None:
+            turn.prefetch_task.cancel()  # closes the stream: the request is aborted
+        turn.prefetch_task, turn.prefetched = None, None
+
+    async def _prefetch(self, turn: _Turn, ready: asyncio.Event) -> None:
+        buffer: PrefetchedStream | None = None
+        try:
+            text = (await turn.transcriber.final()).text.strip()
+            if not text:
+                return
+            buffer = PrefetchedStream(text, history_len=len(self.history))
+            turn.prefetched = buffer
+            ready.set()
+            stream = self._engines.llm.stream(self._messages(text), f"prefetch-{id(self)}-{turn.turn_id}")
+            async with contextlib.aclosing(stream):
+                async for delta in stream:
+                    buffer.push(delta)
+            buffer.close()
+        except EngineError as exc:
+            if buffer is not None:
+                buffer.close(exc)
+        except asyncio.CancelledError:
+            if buffer is not None:
+                buffer.close(EngineError("the prefetched request was dropped", retryable=True))
+            raise
+        finally:
+            ready.set()
+
+    async def _take_prefetch(self, turn: _Turn) -> PrefetchedStream | None:
+        """The prefetched reply if it was asked with exactly this turn's words and history."""
+        if turn.prefetch_task is None:
+            return None
+        await turn.prefetch_ready.wait()
+        buffer = turn.prefetched
+        if buffer is None or buffer.user_text != turn.user_text or buffer.history_len != len(self.history):
+            self._drop_prefetch(turn)
+            return None
+        return buffer
 
     # ------------------------------------------------------------ barge-in
 
@@ -369,11 +434,9 @@ class Session:
                 return  # a backchannel, echo or noise: no reply
             if over is not None and over.reply_task is not None and not over.reply_task.done():
                 await asyncio.wait([over.reply_task])  # its heard text enters the history first
-            messages = [
-                ChatMessage("system", self._cfg.llm.system_prompt),
-                *self.history,
-                ChatMessage("user", turn.user_text),
-            ]
+            prefetched = await self._take_prefetch(turn)
+            turn.ledger.llm_prefetched = prefetched is not None
+            messages = self._messages(turn.user_text)
             speaker = ReplySpeaker(
                 turn.turn_id,
                 self._transport,
@@ -389,7 +452,7 @@ class Session:
                 functools.partial(self._mark, turn),
                 speaker,
             )
-            await turn.reply.run(messages)
+            await turn.reply.run(messages, prefetched)
         except* EngineError as group:
             for exc in group.exceptions:
                 assert isinstance(exc, EngineError)
@@ -398,6 +461,7 @@ class Session:
                     ev.TurnFailed(turn.turn_id, self._clock(), "reply", str(exc), exc.retryable)
                 )
         finally:
+            self._drop_prefetch(turn)
             self._finish(turn)
 
     def _decide_spoken_over(self, turn: _Turn) -> bool:
