@@ -300,6 +300,11 @@ class Turns {
     this.records = [];
   }
 
+  /** A new session numbers its turns from 1 again: earlier cards stay, as history. */
+  newSession() {
+    this.views.clear();
+  }
+
   get(turnId) {
     let v = this.views.get(turnId);
     if (!v) {
@@ -359,6 +364,7 @@ class Session {
 
   async open() {
     setState("starting");
+    turns.newSession();
     // Created inside the click handler's task, so autoplay policies allow it.
     this.ctx = new AudioContext({ latencyHint: "interactive" });
     this.stream = await navigator.mediaDevices.getUserMedia({
@@ -389,7 +395,15 @@ class Session {
     });
     this.playback.port.onmessage = (e) => this.onPlayback(e.data);
     this.playback.connect(this.ctx.destination);
+    // Without any audio output device (some headless machines) Firefox never
+    // starts the context: say so instead of sitting in "starting" silently.
+    const stuck = setTimeout(
+      () => showError("audio", "the audio output does not start: is there a sound device?"),
+      3000,
+    );
     await this.ctx.resume();
+    clearTimeout(stuck);
+    if (this.closed) return;
     this.connect();
   }
 
