@@ -178,8 +178,9 @@ async def test_backchannel_does_not_interrupt(engines: Engines, config: Config) 
     reply = result.records[0] if result.records[0].assistant_text else result.records[1]
     assert not reply.interrupted
     assert not events.of(ev.ReplyInterrupted)
-    backchannel = [r for r in result.records if r.interruption is not None]
-    assert all(r.interruption == "backchannel" and not r.assistant_text for r in backchannel), backchannel
+    # what the ASR made of "uh-huh" (the words, or nothing at all) is a false interruption
+    spoken_over = [r for r in result.records if r.interruption is not None]
+    assert all(r.interruption in {"backchannel", "no_words"} and not r.assistant_text for r in spoken_over)
     assert reply.false_interruptions == len(events.of(ev.ReplyResumed))
     # the listener heard the whole reply, exactly once
     assert reply.work.audio_heard_s == pytest.approx(reply.work.audio_synthesized_s, abs=0.05)

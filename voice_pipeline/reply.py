@@ -175,13 +175,14 @@ class Reply:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._generate(messages, clauses, prefetched))
                 tg.create_task(self._speak(clauses))
+            await self.speaker.drain()
         except asyncio.CancelledError:
-            # the TaskGroup has closed the LLM stream (abort) and stopped synthesis
+            # the TaskGroup has closed the LLM stream (the request is aborted, if it was still
+            # running) and stopped synthesis: from here on neither does any more work
             now = self._clock()
             self._mark(Mark.LLM_ABORTED, now)
             self._mark(Mark.TTS_STOPPED, now)
             raise
-        await self.speaker.drain()
 
     async def _generate(
         self, messages: list[ChatMessage], out: asyncio.Queue[str | None], prefetched: PrefetchedStream | None
