@@ -13,6 +13,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from voice_pipeline.errors import AudioInputError
+
 
 class VADStream(Protocol):
     """Per-session scorer. Buffers partial frames internally."""
@@ -37,3 +39,25 @@ class VAD(Protocol):
     def stream(self) -> VADStream: ...
 
     def close(self) -> None: ...
+
+
+class FrameSplitter:
+    """Cuts a stream of arbitrary-length chunks into whole frames, keeping the remainder."""
+
+    def __init__(self, frame_samples: int) -> None:
+        self.frame_samples = frame_samples
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def split(self, samples: NDArray[np.float32]) -> NDArray[np.float32]:
+        """Every whole frame completed by ``samples``, concatenated (a multiple of the frame size)."""
+        audio = np.asarray(samples, dtype=np.float32)
+        if audio.ndim != 1:
+            raise AudioInputError(f"VAD expects mono 1-D audio, got shape {audio.shape}")
+        if self._pending.size:
+            audio = np.concatenate((self._pending, audio))
+        usable = audio.size - audio.size % self.frame_samples
+        self._pending = audio[usable:].copy()
+        return audio[:usable]
+
+    def reset(self) -> None:
+        self._pending = np.zeros(0, dtype=np.float32)

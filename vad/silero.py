@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from vad.base import FrameSplitter
 from voice_pipeline.errors import (
-    AudioInputError,
     ConfigError,
     EngineError,
     MissingPackageError,
@@ -55,9 +55,7 @@ class SileroVAD:
 
     def __init__(self, cfg: VADConfig, sample_rate_hz: int, model_path: Path | None) -> None:
         if sample_rate_hz not in WINDOW_SAMPLES:
-            raise ConfigError(
-                f"vad: Silero supports 8000 or 16000 Hz, not {sample_rate_hz} (resample first)"
-            )
+            raise ConfigError(f"vad: Silero supports 8000 or 16000 Hz, not {sample_rate_hz} (resample first)")
         if model_path is None:
             model_path = Path(cfg.model_path) if cfg.model_path else bundled_model_path()
         if not model_path.is_file():
@@ -101,32 +99,26 @@ class SileroVADStream:
         # [context | window] buffer reused for every window
         self._input = np.zeros((1, self._context + self.frame_samples), dtype=np.float32)
         self._state = np.zeros(_STATE_SHAPE, dtype=np.float32)
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._frames = FrameSplitter(self.frame_samples)
 
     def push(self, samples: NDArray[np.float32]) -> list[float]:
         """Add mono float32 samples (any length); one probability per completed frame."""
-        audio = np.asarray(samples, dtype=np.float32)
-        if audio.ndim != 1:
-            raise AudioInputError(f"VAD expects mono 1-D audio, got shape {audio.shape}")
-        if self._pending.size:
-            audio = np.concatenate((self._pending, audio))
+        audio = self._frames.split(samples)
         n = self.frame_samples
-        usable = audio.size - audio.size % n
         probs: list[float] = []
         buf, ctx = self._input, self._context
-        for start in range(0, usable, n):
+        for start in range(0, audio.size, n):
             buf[0, ctx:] = audio[start : start + n]
             prob, self._state = self._engine._run(buf, self._state)
             probs.append(prob)
             buf[0, :ctx] = buf[0, -ctx:]  # this window's tail is the next one's context
-        self._pending = audio[usable:].copy()
         return probs
 
     def reset(self) -> None:
         """Forget the RNN state, the context and any buffered partial frame."""
         self._input.fill(0.0)
         self._state = np.zeros(_STATE_SHAPE, dtype=np.float32)
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._frames.reset()
 
 
 def _load_session(model_path: Path, threads: int) -> Any:
@@ -142,9 +134,7 @@ def _load_session(model_path: Path, threads: int) -> Any:
     # the model is tiny; busy-waiting worker threads would only steal CPU from ASR/LLM/TTS
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
-        session = ort.InferenceSession(
-            str(model_path), sess_options=opts, providers=["CPUExecutionProvider"]
-        )
+        session = ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own untyped errors
         raise ModelError(f"cannot load Silero VAD model {model_path}: {exc}") from exc
     names = {i.name for i in session.get_inputs()}

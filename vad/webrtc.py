@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from voice_pipeline.errors import AudioInputError, ConfigError, MissingPackageError
+from vad.base import FrameSplitter
+from voice_pipeline.errors import ConfigError, MissingPackageError
 
 if TYPE_CHECKING:
     from voice_pipeline.config import VADConfig
@@ -42,8 +43,7 @@ class WebRTCVAD:
     def __init__(self, cfg: VADConfig, sample_rate_hz: int) -> None:
         if sample_rate_hz not in SUPPORTED_RATES_HZ:
             raise ConfigError(
-                f"vad: WebRTC VAD supports {', '.join(map(str, SUPPORTED_RATES_HZ))} Hz, "
-                f"not {sample_rate_hz}"
+                f"vad: WebRTC VAD supports {', '.join(map(str, SUPPORTED_RATES_HZ))} Hz, not {sample_rate_hz}"
             )
         if not 0 <= cfg.webrtc_mode <= 3:
             raise ConfigError("vad.webrtc_mode: must be 0..3")
@@ -70,28 +70,22 @@ class WebRTCVADStream:
         self.frame_samples = engine.frame_samples
         self._rate = engine.sample_rate_hz
         self._vad = engine._new_vad()
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._frames = FrameSplitter(self.frame_samples)
 
     def push(self, samples: NDArray[np.float32]) -> list[float]:
         """Add mono float32 samples (any length); 1.0/0.0 per completed frame."""
-        audio = np.asarray(samples, dtype=np.float32)
-        if audio.ndim != 1:
-            raise AudioInputError(f"VAD expects mono 1-D audio, got shape {audio.shape}")
-        if self._pending.size:
-            audio = np.concatenate((self._pending, audio))
+        audio = self._frames.split(samples)
         n = self.frame_samples
-        usable = audio.size - audio.size % n
         probs: list[float] = []
-        if usable:
-            pcm = float_to_pcm16(audio[:usable])
+        if audio.size:
+            pcm = float_to_pcm16(audio)
             step = 2 * n
             for start in range(0, len(pcm), step):
                 speech = self._vad.is_speech(pcm[start : start + step], self._rate)
                 probs.append(1.0 if speech else 0.0)
-        self._pending = audio[usable:].copy()
         return probs
 
     def reset(self) -> None:
         """Forget the adaptive state and any buffered partial frame."""
         self._vad = self._engine._new_vad()
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._frames.reset()

@@ -22,12 +22,13 @@ from collections.abc import AsyncGenerator, Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from llm.base import ChatMessage, LLMDelta
+from llm.base import LLM, ChatMessage, LLMDelta
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
+from voice_pipeline.errors import EngineError
 from voice_pipeline.heard import SpokenClause
 from voice_pipeline.ledger import Mark
 from voice_pipeline.transport import Transport
@@ -120,6 +121,20 @@ class PrefetchedStream:
         self._done = False
         self._error: BaseException | None = None
         self._changed = asyncio.Event()
+
+    async def fill(self, llm: LLM, messages: list[ChatMessage], request_id: str) -> None:
+        """Run the request into the buffer. Cancelling this aborts the request."""
+        stream = llm.stream(messages, request_id)
+        try:
+            async with contextlib.aclosing(stream):
+                async for delta in stream:
+                    self.push(delta)
+            self.close()
+        except EngineError as exc:
+            self.close(exc)
+        except asyncio.CancelledError:
+            self.close(EngineError("the prefetched request was dropped", retryable=True))
+            raise
 
     def push(self, delta: LLMDelta) -> None:
         self._items.append(delta)

@@ -21,7 +21,6 @@ Ownership:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable, Coroutine
@@ -286,7 +285,6 @@ class Session:
         turn.prefetch_task, turn.prefetched = None, None
 
     async def _prefetch(self, turn: _Turn, ready: asyncio.Event) -> None:
-        buffer: PrefetchedStream | None = None
         try:
             text = (await turn.transcriber.final()).text.strip()
             if not text:
@@ -294,18 +292,8 @@ class Session:
             buffer = PrefetchedStream(text, history_len=len(self.history))
             turn.prefetched = buffer
             ready.set()
-            stream = self._engines.llm.stream(self._messages(text), f"prefetch-{id(self)}-{turn.turn_id}")
-            async with contextlib.aclosing(stream):
-                async for delta in stream:
-                    buffer.push(delta)
-            buffer.close()
-        except EngineError as exc:
-            if buffer is not None:
-                buffer.close(exc)
-        except asyncio.CancelledError:
-            if buffer is not None:
-                buffer.close(EngineError("the prefetched request was dropped", retryable=True))
-            raise
+            request_id = f"prefetch-{id(self)}-{turn.turn_id}"
+            await buffer.fill(self._engines.llm, self._messages(text), request_id)
         finally:
             ready.set()
 
