@@ -140,7 +140,10 @@ class Session:
         if speaking is not None:
             match action:
                 case PauseReply(onset_ns=onset):
-                    self._pause_reply(speaking, onset)
+                    if self._long_echo(onset):  # frames that slipped through the per-frame gate
+                        self._bargein.resolved()
+                    else:
+                        self._pause_reply(speaking, onset)
                 case ConfirmInterruption(onset_ns=onset):
                     if self._long_echo(onset):  # a long window tells echo apart reliably
                         self._false_interruption(speaking, InterruptionKind.ECHO)
