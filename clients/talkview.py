@@ -1,0 +1,110 @@
+"""What ``voice-pipeline talk`` shows: pure formatting of server events, no I/O.
+
+:class:`TurnView` takes the server's JSON events one at a time and returns the
+screen updates they cause (:class:`Status`: redraw the status line; :class:`Line`:
+print a finished line). The runtime in :mod:`clients.talk` only writes them out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+Msg = dict[str, Any]
+
+#: the stages of the latency line: (label, ledger stage name)
+LATENCY_STAGES: tuple[tuple[str, str], ...] = (
+    ("endpoint", "endpointing"),
+    ("asr", "asr_final"),
+    ("llm first token", "llm_first_token"),
+    ("tts first audio", "tts_first_audio"),
+    ("total", "voice_to_voice"),
+)
+
+RED = "\x1b[31m"
+GREEN = "\x1b[32m"
+DIM = "\x1b[2m"
+RESET = "\x1b[0m"
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A finished line: printed once, scrolls up."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """The live bottom line (partial transcript, streaming reply): redrawn in place."""
+
+    text: str
+
+
+Update = Line | Status
+
+
+def level_meter(samples_peak: float, width: int = 30) -> str:
+    """A bar for a peak level in [0, 1], on a dB scale from -60 dBFS to 0."""
+    db = 20.0 * math.log10(max(samples_peak, 1e-6))
+    filled = round(width * min(1.0, max(0.0, (db + 60.0) / 60.0)))
+    return "[" + "#" * filled + " " * (width - filled) + f"] {max(db, -60.0):5.0f} dB"
+
+
+def latency_line(record: Msg, budgets: dict[str, float], *, colour: bool) -> str:
+    """One line of a turn's stage latencies; a stage over its budget in red (if ``colour``)."""
+    stages: dict[str, float] = record.get("stages_ms", {})
+    parts = []
+    for label, name in LATENCY_STAGES:
+        ms = stages.get(name)
+        if ms is None:
+            parts.append(f"{label} -")
+            continue
+        text = f"{label} {ms:.0f} ms"
+        budget = budgets.get(name)
+        if colour:
+            over = budget is not None and ms > budget
+            text = f"{RED if over else GREEN}{text}{RESET}"
+        elif budget is not None and ms > budget:
+            text += f" (over {budget:.0f})"
+        parts.append(text)
+    return "latency: " + " | ".join(parts)
+
+
+class TurnView:
+    """Turns server events into screen updates for one session."""
+
+    def __init__(self, budgets: dict[str, float], *, colour: bool) -> None:
+        self.budgets = budgets
+        self.colour = colour
+        self._reply: dict[int, str] = {}
+
+    def event(self, msg: Msg) -> list[Update]:
+        kind = msg.get("type")
+        turn = int(msg.get("turn_id", 0))
+        match kind:
+            case "transcript.partial":
+                text = f"{msg['committed']} {msg['tentative']}".strip()
+                return [Status(f"you: {text}")]
+            case "transcript.final":
+                return [Line(f"you: {msg['text']}")]
+            case "assistant.text":
+                self._reply[turn] = self._reply.get(turn, "") + str(msg["delta"])
+                return [Status(f"assistant: {self._reply[turn].strip()}")]
+            case "reply.interrupted":
+                return self._finish_reply(turn, f" [interrupted: {msg.get('reason', '')}]")
+            case "turn.latency":
+                out = self._finish_reply(turn, "")
+                return [*out, Line(latency_line(msg["record"], self.budgets, colour=self.colour))]
+            case "turn.failed":
+                return [Line(f"turn failed in {msg['stage']}: {msg['message']}")]
+            case "error":
+                return [Line(f"server error {msg['code']}: {msg['message']}")]
+        return []
+
+    def _finish_reply(self, turn: int, suffix: str) -> list[Update]:
+        text = self._reply.pop(turn, None)
+        if text is None:
+            return []
+        return [Line(f"assistant: {text.strip()}{suffix}")]
