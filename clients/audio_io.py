@@ -128,6 +128,10 @@ class Player:
 class Microphone(Protocol):
     rate_hz: int
 
+    @property
+    def finished(self) -> bool:
+        """A file-backed microphone has said all of its file (a device: never)."""
+
     async def read(self) -> Float32: ...
     def rewind(self) -> None: ...
     def close(self) -> None: ...
@@ -180,6 +184,10 @@ class DeviceMicrophone:
 
     async def read(self) -> Float32:
         return self._convert(await self._queue.get())
+
+    @property
+    def finished(self) -> bool:
+        return False
 
     def rewind(self) -> None:
         pass
@@ -238,6 +246,10 @@ class FileMicrophone:
         if len(chunk) < self._frame:
             chunk = np.concatenate([chunk, np.zeros(self._frame - len(chunk), dtype=np.float32)])
         return chunk
+
+    @property
+    def finished(self) -> bool:
+        return self._pos >= len(self._audio)
 
     def rewind(self) -> None:
         self._pos = 0

@@ -153,7 +153,12 @@ class _Session:
         while True:
             block = await self.mic.read()
             if self.recording:
-                self.screen.status(meter="REC " + level_meter(float(np.abs(block).max(initial=0.0))))
+                meter = (
+                    "REC (end of the mic file)"
+                    if self.mic.finished
+                    else "REC " + level_meter(float(np.abs(block).max(initial=0.0)))
+                )
+                self.screen.status(meter=meter)
                 await self.ws.send(pcm_frame(block))
             else:
                 await self.ws.send(pcm_frame(np.zeros(len(block), dtype=np.float32)))
