@@ -1,0 +1,173 @@
+"""One phone call on the server's ``/twilio`` WebSocket (Twilio Media Streams).
+
+Inbound ``media`` (8 kHz µ-law) is decoded, resampled to the pipeline rate with
+one :class:`soxr.ResampleStream` per call and pushed into the session stamped
+with its arrival time. The reply goes out through a paced
+:class:`.twilio_transport.TwilioTransport`. An unusable message is logged and
+the call goes on; a ``start`` with a wrong token (``server.twilio_token``) or
+an unsupported ``mediaFormat`` closes the stream with the reason. ``stop``, a
+dropped socket, ``idle_timeout_s`` without media or the server shutting down
+end the session cleanly (:meth:`Session.aclose`: turns cancelled, LLM aborted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+
+import soxr
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from voice_pipeline.audio import to_float32
+from voice_pipeline.clock import now_ns
+from voice_pipeline.config import Config
+from voice_pipeline.engines import Engines
+from voice_pipeline.server.metrics import ServerMetrics
+from voice_pipeline.session import Session
+from voice_pipeline.telephony import mulaw
+from voice_pipeline.telephony.twilio import (
+    RATE_HZ,
+    Connected,
+    DtmfReceived,
+    MarkPlayed,
+    MediaReceived,
+    StreamStarted,
+    StreamStopped,
+    TwilioMessageError,
+    TwilioProtocol,
+)
+from voice_pipeline.telephony.twilio_transport import TwilioTransport
+
+log = logging.getLogger(__name__)
+
+TOKEN_PARAMETER = "token"
+BAD_TOKEN_REASON = "bad or missing token"
+STOP_REASON = "call ended"
+
+
+class TwilioConnection:
+    def __init__(
+        self,
+        ws: ServerConnection,
+        engines: Engines,
+        cfg: Config,
+        metrics: ServerMetrics,
+        *,
+        clock: Callable[[], int] = now_ns,
+    ) -> None:
+        self._ws = ws
+        self._engines = engines
+        self._cfg = cfg
+        self._metrics = metrics
+        self._clock = clock
+        self._protocol = TwilioProtocol()
+        self.session_id = secrets.token_hex(8)
+        self.session: Session | None = None
+        self.transport: TwilioTransport | None = None
+        self._resampler = soxr.ResampleStream(
+            RATE_HZ, cfg.audio.pipeline_rate_hz, 1, dtype="float32", quality="HQ"
+        )
+        self.errors = 0  # unusable messages so far
+        self._closed = False
+
+    async def run(self) -> None:
+        """Serve the call until it stops, goes idle or drops, or the server closes."""
+        try:
+            await self._serve()
+        except ConnectionClosed:
+            pass
+        except Exception:
+            log.exception("call %s failed", self.session_id)
+            await self._ws.close(1011, "internal server error")
+        finally:
+            await self.aclose()
+
+    async def _serve(self) -> None:
+        idle_s = self._cfg.server.idle_timeout_s
+        while True:
+            try:
+                async with asyncio.timeout(idle_s):
+                    data = await self._ws.recv()
+            except TimeoutError:
+                await self._ws.close(1000, f"idle: no media for {idle_s:g} s")
+                return
+            if isinstance(data, bytes):
+                self._error(TwilioMessageError("binary frame (Media Streams sends JSON text)"))
+                continue
+            try:
+                msg = self._protocol.receive(data)
+            except TwilioMessageError as exc:
+                self._error(exc)
+                if exc.fatal:
+                    await self._ws.close(1003, str(exc)[:120])
+                    return
+                continue
+            if not await self._on_event(msg):
+                return
+
+    def _error(self, exc: TwilioMessageError) -> None:
+        self.errors += 1
+        log.warning("call %s: unusable message: %s", self.session_id, exc)
+
+    async def _on_event(
+        self, msg: Connected | StreamStarted | MediaReceived | DtmfReceived | MarkPlayed | StreamStopped
+    ) -> bool:
+        """Handle one event; False = the call is over."""
+        match msg:
+            case Connected():
+                return True
+            case StreamStarted():
+                return await self._start(msg)
+            case MediaReceived(payload=payload):
+                assert self.session is not None  # the protocol saw the start
+                samples = self._resampler.resample_chunk(to_float32(mulaw.decode(payload)))
+                if len(samples):
+                    await self.session.push_audio(samples, self._clock())
+            case MarkPlayed(name=name):
+                assert self.transport is not None
+                self.transport.mark_played(name)
+            case DtmfReceived(digit=digit):
+                log.info("call %s: DTMF %s", self.session_id, digit)
+            case StreamStopped():
+                await self._ws.close(1000, STOP_REASON)
+                return False
+        return True
+
+    async def _start(self, start: StreamStarted) -> bool:
+        expected = self._cfg.server.twilio_token
+        given = start.custom_parameters.get(TOKEN_PARAMETER, "")
+        if expected and not secrets.compare_digest(given.encode(), expected.encode()):
+            self._metrics.session_refused("token")
+            log.warning("call %s (%s): refused, %s", self.session_id, start.call_sid, BAD_TOKEN_REASON)
+            await self._ws.close(1008, BAD_TOKEN_REASON)
+            return False
+        transport = TwilioTransport(
+            self._ws.send,
+            start.stream_sid,
+            max_queued_s=self._cfg.server.max_queued_audio_s,
+            drain_grace_s=self._cfg.server.drain_grace_s,
+            on_event=self._metrics.observe,
+            clock=self._clock,
+        )
+        transport.start()
+        self.transport = transport
+        self.session = Session(self._engines, self._cfg, transport, clock=self._clock)
+        log.info("call %s started: stream %s, call %s", self.session_id, start.stream_sid, start.call_sid)
+        return True
+
+    async def close(self, code: int, reason: str) -> None:
+        """Close the WebSocket (the session is closed as :meth:`run` returns)."""
+        await self._ws.close(code, reason)
+
+    async def aclose(self) -> None:
+        """Close the session (cancelling its turns), then the writer. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.session is not None:
+            await self.session.aclose()
+        if self.transport is not None:
+            await self.transport.aclose()
