@@ -36,8 +36,8 @@ NARROWBAND_WER = 0.4
 
 @pytest.fixture(scope="module")
 async def server(engines: Engines, config: Config) -> AsyncIterator[VoiceServer]:
-    settings = {"port": 0, "max_sessions": 4, "twilio_token": TOKEN}
-    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, **settings))
+    scfg = dataclasses.replace(config.server, port=0, max_sessions=4, twilio_token=TOKEN)
+    cfg = dataclasses.replace(config, server=scfg)
     srv = VoiceServer(engines, cfg)
     await srv.start()
     try:
