@@ -12,9 +12,14 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.errors import ConfigError, VoicePipelineError
+
+if TYPE_CHECKING:
+    from voice_pipeline.engines import Engines
+    from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 
 # Nothing may download weights at run time.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -162,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="let pages from ORIGIN (e.g. https://example.org) connect; repeatable; '*' = any "
         "(default: only the server's own page)",
     )
+    p.add_argument(
+        "--audiosocket-port",
+        type=int,
+        metavar="N",
+        help="also accept Asterisk AudioSocket calls on TCP port N (dialplan: AudioSocket(uuid,host:N))",
+    )
     _add_config_args(p)
 
     p = sub.add_parser(
@@ -241,7 +252,8 @@ def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
     from voice_pipeline.config import validate_server
 
     server = cfg.server
-    for flag, key in (("host", "host"), ("port", "port"), ("max_sessions", "max_sessions")):
+    flags = (("host", "host"), ("port", "port"), ("max_sessions", "max_sessions"))
+    for flag, key in (*flags, ("audiosocket_port", "audiosocket_port")):
         value = getattr(args, flag)
         if value is not None:
             server = dataclasses.replace(server, **{key: value})
@@ -249,6 +261,21 @@ def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
         server = dataclasses.replace(server, allowed_origins=tuple(args.allow_origin))
     validate_server(server)
     return dataclasses.replace(cfg, server=server)
+
+
+async def _start_audiosocket(engines: Engines, cfg: Config) -> AudioSocketServer | None:
+    from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
+
+    port = cfg.server.audiosocket_port
+    if port is None:
+        return None
+    phones = AudioSocketServer(engines, cfg, cfg.server.host, port)
+    try:
+        await phones.start()
+    except OSError as exc:
+        raise VoicePipelineError(f"cannot listen on {cfg.server.host}:{port}: {exc.strerror or exc}") from exc
+    _stderr(f"AudioSocket calls on {cfg.server.host}:{phones.port}")
+    return phones
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -273,6 +300,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 raise VoicePipelineError(
                     f"cannot listen on {cfg.server.host}:{cfg.server.port}: {exc.strerror or exc}"
                 ) from exc
+            phones = await _start_audiosocket(engines, cfg)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -289,6 +317,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
                 _stderr(f"shutting down: closing {len(server.connections)} session(s) ...")
+                if phones is not None:
+                    await phones.aclose()
                 await server.aclose()
         finally:
             await engines.aclose()

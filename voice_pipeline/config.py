@@ -220,6 +220,8 @@ class ServerConfig:
     static_dir: str | None = None
     #: /twilio: the customParameters "token" a Media Stream must carry (None = no check)
     twilio_token: str | None = None
+    #: Asterisk AudioSocket calls on this TCP port (same host; None = off, 0 = any free)
+    audiosocket_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,6 +388,8 @@ def validate(cfg: Config) -> None:
 def validate_server(s: ServerConfig) -> None:
     if not 0 <= s.port <= 65535:
         raise ConfigError("server.port: must be 0..65535")
+    if s.audiosocket_port is not None and not 0 <= s.audiosocket_port <= 65535:
+        raise ConfigError("server.audiosocket_port: must be 0..65535")
     if s.max_sessions < 1:
         raise ConfigError("server.max_sessions: must be >= 1")
     if s.max_frame_bytes < 2:
