@@ -155,14 +155,16 @@ async def test_own_voice_echo_does_not_interrupt(engines: Engines, config: Confi
     result = await asyncio.wait_for(
         run_audio(engines, config, audio, RATE, on_event=events, echo=EchoPath(-6.0, delay_ms)), timeout=120
     )
-    assert result.records, "no turn"
-    reply = result.records[0]
-    assert reply.assistant_text
+    replies = [r for r in result.records if r.assistant_text]
+    assert len(replies) == 1, result.records  # the assistant never answered its own echo
+    reply = replies[0]
     assert reply.work.audio_synthesized_s > 1.0, "reply too short to test echo"
     assert not reply.interrupted
-    assert not events.of(ev.ReplyPaused), [e for e in events.items if isinstance(e, ev.ReplyPaused)]
-    assert len(result.records) == 1  # the echo never became a user turn
+    assert not events.of(ev.ReplyPaused)  # not even a pause: the reply played without a gap
     assert reply.work.audio_heard_s == pytest.approx(reply.work.audio_synthesized_s, abs=0.05)
+    # echo the gate missed may start a user turn; its words show it was no interruption
+    others = [r for r in result.records if r is not reply]
+    assert all(r.interruption in {"echo", "backchannel", "no_words"} for r in others), others
 
 
 # ------------------------------------------------------------ backchannel

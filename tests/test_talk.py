@@ -7,8 +7,13 @@ pointed at the in-process server's port, as a user would run it.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import os
+import pty
+import re
 import sys
+import termios
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -102,3 +107,95 @@ async def test_server_refusal_shows_the_close_reason(talk_server: VoiceServer, q
     assert code == 1
     assert "refused" in err and "1013" in err and "session limit reached (1)" in err, err
     assert "Traceback" not in err
+
+
+# ------------------------------------------------------------ interactive, in a pseudo-terminal
+
+
+class PtyTalk:
+    """``talk`` in a pseudo-terminal (its controlling terminal): keys in, screen text out."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, master: int) -> None:
+        self.proc = proc
+        self.master = master
+        self.screen = ""
+        self._changed = asyncio.Event()
+        asyncio.get_running_loop().add_reader(master, self._read)
+
+    def _read(self) -> None:
+        try:
+            data = os.read(self.master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            data = b""
+        if not data:
+            asyncio.get_running_loop().remove_reader(self.master)
+        self.screen += data.decode(errors="replace")
+        self._changed.set()
+
+    def press(self, key: str) -> None:
+        os.write(self.master, key.encode())
+
+    async def expect(self, pattern: str, after: int = 0, timeout_s: float = 120.0) -> int:
+        """Wait until ``pattern`` (a regex) shows up past offset ``after``; the offset past it."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                found = re.search(pattern, self.screen[after:])
+                if found:
+                    return after + found.end()
+                if self.proc.returncode is not None:
+                    raise AssertionError(f"talk exited: {self.screen[-2000:]!r}")
+                self._changed.clear()
+                try:
+                    await self._changed.wait()
+                except asyncio.CancelledError:
+                    print(f"waiting for {pattern!r}; the screen ends with {self.screen[-3000:]!r}")
+                    raise
+
+
+def _controlling_tty() -> None:  # in the child, after setsid: the pty becomes its terminal
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@pytest.mark.real_models
+async def test_interactive_push_to_talk_in_a_terminal(talk_server: VoiceServer, tmp_path: Path) -> None:
+    story = tmp_path / "story.wav"
+    sf.write(story, espeak("Tell me a long story about a brave knight and a dragon."), 16000)
+    master, slave = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        *EXE,
+        "--url",
+        ws_url(talk_server),
+        "--mic-file",
+        str(story),
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=_controlling_tty,
+    )
+    os.close(slave)
+    term = PtyTalk(proc, master)
+    try:
+        at = await term.expect(r"connected to ws://")
+        term.press(" ")  # start talking: the mic file is said
+        at = await term.expect(r"REC \[", at)  # the level meter
+        at = await term.expect(r"end of the mic file", at)
+        term.press(" ")  # stop: the server ends the turn at once
+        at = await term.expect(r"you: \w+.*\r\n", at)  # the final transcript
+        at = await term.expect(r"assistant: \w+", at)  # the reply streams
+        term.press(" ")  # interrupt it and talk again
+        at = await term.expect(r"\[interrupted: [^\]]+\]", at)
+        at = await term.expect(r"latency: endpoint", at)
+        await term.expect(r"end of the mic file", at)
+        term.press("\x03")  # Ctrl-C: a SIGINT from the terminal
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        await asyncio.sleep(0)  # the last output
+        assert "bye" in term.screen and "Traceback" not in term.screen
+        attrs = termios.tcgetattr(master)
+        assert attrs[3] & termios.ECHO and attrs[3] & termios.ICANON  # the terminal is sane again
+    finally:
+        asyncio.get_running_loop().remove_reader(master)
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        os.close(master)
