@@ -4,4 +4,6 @@
 * :mod:`.twilio` -- the Twilio Media Streams protocol (pure: parse and build messages).
 * :mod:`.twilio_transport` -- the paced :class:`~voice_pipeline.transport.Transport` of a call.
 * :mod:`.twilio_connection` -- one call on the server's ``/twilio`` WebSocket.
+* :mod:`.audiosocket` -- the Asterisk AudioSocket protocol (pure: a byte parser).
+* :mod:`.audiosocket_server` -- ``serve --audiosocket-port``: TCP calls, paced slin16 out.
 """
