@@ -60,6 +60,10 @@ TOGGLE_KEYS = (" ", "\r", "\n")
 QUIT_KEYS = ("q", "\x03")
 
 
+class ConnectionDroppedError(TalkError):
+    """The connection of a running session was lost (the client reconnects)."""
+
+
 def open_audio(opts: TalkOptions) -> tuple[Microphone, Speaker]:
     if opts.mic_file is not None:
         file_mic = FileMicrophone(opts.mic_file)
@@ -200,7 +204,7 @@ class _Session:
 
 
 async def _run_session(session: _Session, keys: asyncio.Queue[str]) -> bool:
-    """Run until the user quits (True) or the connection drops (raises ConnectionClosed)."""
+    """Run until the user quits (True) or the connection drops (:class:`ConnectionDroppedError`)."""
 
     async def key_loop() -> None:
         while True:
@@ -224,6 +228,8 @@ async def _run_session(session: _Session, keys: asyncio.Queue[str]) -> bool:
         await asyncio.gather(*tasks, return_exceptions=True)
     for task in done:
         exc = task.exception()
+        if isinstance(exc, ConnectionClosed):
+            raise ConnectionDroppedError(close_text(exc)) from exc
         if exc is not None:
             raise exc
     if tasks[3] in done:  # the user quit
@@ -231,7 +237,8 @@ async def _run_session(session: _Session, keys: asyncio.Queue[str]) -> bool:
             await session.send({"type": "stop"})
             await session.ws.wait_closed()
         return True
-    raise ConnectionClosed(session.ws.protocol.close_rcvd, session.ws.protocol.close_sent)
+    ws = session.ws
+    raise ConnectionDroppedError(f"closed with {ws.close_code}: {ws.close_reason or '(no reason)'}")
 
 
 async def run_interactive(opts: TalkOptions, out: TextIO, err: TextIO) -> int:
@@ -282,10 +289,10 @@ async def _interactive(opts: TalkOptions, mic: Microphone, speaker: Speaker, out
                     if await _run_session(session, keys):
                         screen.line("bye")
                         return 0
-                except ConnectionClosed as exc:
+                except ConnectionDroppedError as exc:
                     speaker.player.clear()
                     attempt = 1
-                    screen.line(f"connection lost ({close_text(exc)}); reconnecting")
+                    screen.line(f"connection lost ({exc}); reconnecting")
         finally:
             loop.remove_signal_handler(signal.SIGINT)
             loop.remove_reader(fd)

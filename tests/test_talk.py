@@ -200,3 +200,49 @@ async def test_interactive_push_to_talk_in_a_terminal(talk_server: VoiceServer, 
             proc.kill()
             await proc.wait()
         os.close(master)
+
+
+async def _spawn_in_pty(*args: str) -> PtyTalk:
+    master, slave = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        *EXE,
+        *args,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=_controlling_tty,
+    )
+    os.close(slave)
+    return PtyTalk(proc, master)
+
+
+async def _quit(term: PtyTalk) -> None:
+    term.press("\x03")
+    assert await asyncio.wait_for(term.proc.wait(), 60) == 0
+    assert "Traceback" not in term.screen
+
+
+@pytest.mark.real_models
+async def test_interactive_reconnects_after_the_connection_drops(
+    engines: Engines, config: Config, question_wav: Path
+) -> None:
+    async with running_server(engines, config) as first:
+        port = first.port
+        term = await _spawn_in_pty("--url", ws_url(first), "--mic-file", str(question_wav))
+        try:
+            at = await term.expect(r"connected to ws://")
+            await first.aclose()  # the server goes away: 1001
+            at = await term.expect(
+                r"connection lost \(closed with 1001: server shutting down\); reconnecting", at
+            )
+            at = await term.expect(r"server not reachable at ws://127\.0\.0\.1:\d+/ws.*; retrying in", at)
+            async with running_server(engines, config, port=port):  # back on the same port
+                await term.expect(r"connected to ws://", at)
+                await _quit(term)
+        finally:
+            asyncio.get_running_loop().remove_reader(term.master)
+            if term.proc.returncode is None:
+                term.proc.kill()
+                await term.proc.wait()
+            os.close(term.master)
