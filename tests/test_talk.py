@@ -12,6 +12,7 @@ import json
 import os
 import pty
 import re
+import socket
 import sys
 import termios
 from collections.abc import AsyncIterator
@@ -82,7 +83,9 @@ async def test_headless_turn_gives_transcript_reply_audio_and_latency(
 
 
 async def test_server_down_exits_non_zero_with_the_url() -> None:
-    url = "ws://127.0.0.1:9/ws"  # discard port: nothing listens
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"ws://127.0.0.1:{sock.getsockname()[1]}/ws"
     code, _, err = await run_talk("--url", url, "--input", str(Path(__file__)), timeout_s=60)
     assert code != 0
     # the input is checked first: a bad file is its own error
