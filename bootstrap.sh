@@ -40,6 +40,14 @@ need_apt() {  # need_apt <command> <debian-package>
 # pip, minus this machine's noise about missing local index folders
 pip_quiet() { "$@" 2> >(grep -v -E "Location 'file:.* is ignored" >&2); }
 
+need_lib() {  # need_lib <soname-fragment> <debian-package>: best effort (a warning if it fails)
+  ldconfig -p 2>/dev/null | grep -q "$1" && return 0
+  log "installing $2 (Debian package)"
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  { $sudo apt-get update -qq >/dev/null && $sudo apt-get install -y -qq "$2" >/dev/null; } ||
+    log "could not install $2; \`voice-pipeline talk\` needs it for microphone and speaker"
+}
+
 stamp() { cat "$ROOT/bootstrap.sh" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1; echo "$TARGET"; }
 
 setup() {
@@ -79,6 +87,7 @@ case "$job" in
   test)
     need_apt espeak-ng espeak-ng   # speaks the test questions
     need_apt chromium chromium     # the browser test drives the demo page in it
+    need_lib libportaudio libportaudio2   # sounddevice, for voice-pipeline talk
     setup
     "$VENV/bin/voice-pipeline" models
     exec "$VENV/bin/python" -m pytest "$@" ;;
@@ -86,6 +95,10 @@ case "$job" in
     setup
     "$VENV/bin/voice-pipeline" models
     exec "$VENV/bin/voice-pipeline" "$job" "$@" ;;
+  talk)
+    need_lib libportaudio libportaudio2
+    setup
+    exec "$VENV/bin/voice-pipeline" talk "$@" ;;
   *)
     setup
     exec "$VENV/bin/voice-pipeline" "$job" "$@" ;;
