@@ -38,6 +38,7 @@ from clients.audio_io import FRAME_MS, wire_rate
 from clients.talkview import Line, Status, TurnView
 from voice_pipeline.audio import read_audio, resample, to_int16, write_audio
 from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.tasks import cancel_and_wait
 
 DEFAULT_URL = "ws://127.0.0.1:8765/ws"
 Msg = dict[str, Any]
@@ -232,9 +233,7 @@ async def run_headless(opts: TalkOptions, out: TextIO, err: TextIO) -> int:
     except ConnectionClosed as exc:
         raise ServerRefusedError(f"the server closed the session: {close_text(exc)}") from exc
     finally:
-        sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sender
+        await cancel_and_wait(sender)
         with contextlib.suppress(ConnectionClosed):
             await ws.send(json.dumps({"type": "stop"}))
         await ws.close()

@@ -31,6 +31,7 @@ from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.session import Session
+from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.telephony.audiosocket import (
     FRAME_BYTES,
     RATE_HZ,
@@ -96,9 +97,7 @@ class AudioSocketTransport:
         self.closed = True
         self._changed.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     # ------------------------------------------------------------ Transport

@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
+from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.telephony import mulaw
 from voice_pipeline.telephony.twilio import FRAME_BYTES, RATE_HZ, clear_message, mark_message, media_message
 
@@ -106,9 +107,7 @@ class TwilioTransport:
         self.closed = True
         self._changed.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     # ------------------------------------------------------------ Transport
