@@ -164,3 +164,14 @@ def test_backchannels_come_from_the_caller() -> None:
 )
 def test_words_of(text: str, words: list[str]) -> None:
     assert words_of(text) == words
+
+
+def test_counting_starts_with_the_first_voiced_frame_and_ends_on_reset() -> None:
+    tracker = BargeInTracker(BargeInConfig(), 32.0)
+    assert not tracker.counting
+    tracker.frame(voiced=False, assistant_audible=True, frame_start_ns=0)
+    assert not tracker.counting
+    tracker.frame(voiced=True, assistant_audible=True, frame_start_ns=32_000_000)
+    assert tracker.counting
+    tracker.resolved()
+    assert not tracker.counting

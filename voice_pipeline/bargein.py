@@ -54,6 +54,12 @@ class BargeInTracker:
         self._frame_ms = frame_ms
         self.reset()
 
+    @property
+    def counting(self) -> bool:
+        """A run of user speech over the reply has begun (callers may then count frames
+        above the VAD's lower, hysteresis threshold as voiced, as the endpointer does)."""
+        return self._onset_ns is not None
+
     def reset(self) -> None:
         self._voiced_ms = 0.0
         self._gap_ms = 0.0

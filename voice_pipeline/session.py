@@ -132,8 +132,9 @@ class Session:
         speaking = self._audible_reply()
         if prob >= self._cfg.vad.neg_threshold and self._is_echo():
             prob = 0.0  # the assistant's own voice coming back
+        vad = self._cfg.vad
         action = self._bargein.frame(
-            voiced=prob >= self._cfg.vad.threshold,
+            voiced=prob >= (vad.neg_threshold if self._bargein.counting else vad.threshold),
             assistant_audible=speaking is not None,
             frame_start_ns=self._input.time_of(self._vad_end - self._frame),
         )
