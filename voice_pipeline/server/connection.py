@@ -18,7 +18,7 @@ import soxr
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from voice_pipeline.audio import to_float32
+from voice_pipeline.audio import input_resampler, to_float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
@@ -166,9 +166,7 @@ class VoiceConnection:
         ready = ready_message(self.session_id, start, self._server_cfg.max_frame_bytes, self._cfg.budget)
         self._out.send_text(dumps(ready))
         if start.sample_rate_hz != rate:
-            self._resampler = soxr.ResampleStream(
-                start.sample_rate_hz, rate, 1, dtype="float32", quality="HQ"
-            )
+            self._resampler = input_resampler(start.sample_rate_hz, rate)
         self.transport = transport
         self.session = Session(self._engines, self._cfg, transport, clock=self._clock)
         log.info(

@@ -26,7 +26,7 @@ import soxr
 from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
-from voice_pipeline.audio import to_float32
+from voice_pipeline.audio import input_resampler, to_float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
@@ -269,7 +269,7 @@ class AudioSocketServer:
                             if in_rate != rate:
                                 rs = resamplers.get(in_rate)
                                 if rs is None:
-                                    rs = soxr.ResampleStream(in_rate, rate, 1, dtype="float32", quality="HQ")
+                                    rs = input_resampler(in_rate, rate)
                                     resamplers[in_rate] = rs
                                 samples = rs.resample_chunk(samples)
                             if len(samples):

@@ -17,11 +17,10 @@ import logging
 import secrets
 from collections.abc import Callable
 
-import soxr
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from voice_pipeline.audio import to_float32
+from voice_pipeline.audio import input_resampler, to_float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
@@ -67,9 +66,7 @@ class TwilioConnection:
         self.session_id = secrets.token_hex(8)
         self.session: Session | None = None
         self.transport: TwilioTransport | None = None
-        self._resampler = soxr.ResampleStream(
-            RATE_HZ, cfg.audio.pipeline_rate_hz, 1, dtype="float32", quality="HQ"
-        )
+        self._resampler = input_resampler(RATE_HZ, cfg.audio.pipeline_rate_hz)
         self.errors = 0  # unusable messages so far
         self._closed = False
 
