@@ -10,6 +10,7 @@ fields of :class:`Config`), then the defaults below. Stage budgets come from
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import types
 import typing
@@ -84,8 +85,25 @@ class LLMConfig:
     kv_cache_mib: int = 256
     max_model_len: int = 2048
     dtype: str = "bfloat16"
-    #: a request with no token for this long is an error
-    request_timeout_s: float = 30.0
+    #: a request with no token for this long (first token or between tokens) is an error:
+    #: the turn ends with the spoken ``apology``
+    request_timeout_s: float = 10.0
+    #: OpenMP threads of the in-process vLLM engine (0 = the measured default; an
+    #: ``OMP_NUM_THREADS`` set by the user wins)
+    threads: int = 0
+    #: spoken (and kept out of the history) when the LLM fails or stalls; "" = silent
+    apology: str = "Sorry, I can't answer that right now."
+    #: remote engine: after a failure, wait this long before the next request is tried
+    #: (doubling per consecutive failure up to retry_max_s); meanwhile /healthz says degraded
+    retry_initial_s: float = 0.5
+    retry_max_s: float = 10.0
+    #: conversation history sent with each request is cut to about this many tokens
+    #: (oldest turns dropped first; the system prompt and the new user turn always stay)
+    history_max_tokens: int = 1024
+    #: if the first clause of the reply is not ready this long after the end of the
+    #: user's turn, speak ``filler_text`` first (0 = off)
+    filler_after_ms: int = 0
+    filler_text: str = "Hmm, let me think."
     #: start the LLM on the speculative transcript while the end-of-turn silence runs;
     #: used if the final transcript is the same, aborted if the user goes on speaking
     speculative_start: bool = True
@@ -222,6 +240,15 @@ class ServerConfig:
     twilio_token: str | None = None
     #: Asterisk AudioSocket calls on this TCP port (same host; None = off, 0 = any free)
     audiosocket_port: int | None = None
+    #: AudioSocket peers allowed to connect (addresses or CIDR networks)
+    audiosocket_allowed_peers: tuple[str, ...] = ("127.0.0.1/32", "::1/128")
+    #: /ws: if set, a client must send ``Authorization: Bearer <token>`` (or ``?token=``)
+    auth_token: str | None = None
+    #: serve https/wss with this certificate chain and private key (PEM)
+    certfile: str | None = None
+    keyfile: str | None = None
+    #: new sessions one client address may open per minute (0 = no limit)
+    max_new_sessions_per_ip_per_min: int = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +401,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm.url: required when llm.engine is 'remote' (or pass --llm-url)")
     if cfg.llm.max_tokens < 1 or cfg.llm.kv_cache_mib < 16:
         raise ConfigError("llm: max_tokens must be >= 1 and kv_cache_mib >= 16")
+    if cfg.llm.request_timeout_s <= 0 or cfg.llm.threads < 0 or cfg.llm.history_max_tokens < 64:
+        raise ConfigError("llm: request_timeout_s must be > 0, threads >= 0, history_max_tokens >= 64")
+    if not 0 < cfg.llm.retry_initial_s <= cfg.llm.retry_max_s or cfg.llm.filler_after_ms < 0:
+        raise ConfigError("llm: need 0 < retry_initial_s <= retry_max_s and filler_after_ms >= 0")
     if cfg.tts.min_clause_words < 1:
         raise ConfigError("tts.min_clause_words: must be >= 1")
     b = cfg.barge_in
@@ -400,3 +431,13 @@ def validate_server(s: ServerConfig) -> None:
         raise ConfigError("server: ping_interval_s and ping_timeout_s must be >= 0 (0 = off)")
     if s.max_queued_events < 16:
         raise ConfigError("server.max_queued_events: must be >= 16")
+    if s.max_new_sessions_per_ip_per_min < 0:
+        raise ConfigError("server.max_new_sessions_per_ip_per_min: must be >= 0 (0 = no limit)")
+    if (s.certfile is None) != (s.keyfile is None):
+        raise ConfigError("server: certfile and keyfile go together (TLS needs both)")
+    for peer in s.audiosocket_allowed_peers:
+        try:
+            ipaddress.ip_network(peer, strict=False)
+        except ValueError:
+            msg = f"server.audiosocket_allowed_peers: {peer!r} is not an address or network"
+            raise ConfigError(msg) from None
