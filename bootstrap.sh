@@ -87,6 +87,7 @@ case "$job" in
   test)
     need_apt espeak-ng espeak-ng   # speaks the test questions
     need_apt chromium chromium     # the browser test drives the demo page in it
+    need_apt nginx nginx           # the scale-out test balances two workers behind it
     need_lib libportaudio libportaudio2   # sounddevice, for voice-pipeline talk
     setup
     "$VENV/bin/voice-pipeline" models
