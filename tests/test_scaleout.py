@@ -1,0 +1,250 @@
+"""Scale-out on loopback: two ``voice-pipeline serve`` workers share one real vLLM
+OpenAI server (the session's ``vllm_server_url``) behind nginx, whose configuration
+comes from :mod:`voice_pipeline.deploy.nginx` -- the text docs/deployment.md shows.
+
+The pure renderer is tested first (and checked by ``nginx -t``); then sessions are
+driven through nginx and each worker's /metrics must show that it served some of
+them, every turn got a reply, and the workers stop cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import pytest
+from cluster import Nginx, Worker, nginx_exe, nginx_proxy, start_worker
+from procs import ProcessFailed
+from speech import espeak, normalize, word_error_rate
+from wsclient import voice_client
+
+from voice_pipeline.deploy.nginx import ACCESS_LOG, NginxSite, render_site, render_standalone
+from voice_pipeline.errors import ConfigError
+
+QUESTION = "What is the capital of France?"
+SESSIONS = 2
+WORKERS = 2
+
+SITE = NginxSite(workers=("127.0.0.1:8801", "127.0.0.1:8802"), listen="8080")
+
+
+# ---------------------------------------------------------------- the config text (pure)
+
+
+def test_the_config_balances_websocket_sessions_over_the_workers() -> None:
+    text = render_site(SITE)
+    for line in (
+        "least_conn;",
+        "zone voice_pipeline 64k;",
+        "server 127.0.0.1:8801 max_fails=1 fail_timeout=10s;",
+        "server 127.0.0.1:8802 max_fails=1 fail_timeout=10s;",
+        "listen 8080;",
+        "map $http_upgrade $voice_pipeline_connection {",
+        "proxy_http_version 1.1;",
+        "proxy_set_header Upgrade $http_upgrade;",
+        "proxy_set_header Connection $voice_pipeline_connection;",
+        "proxy_set_header Host $http_host;",
+        "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+        "proxy_set_header X-Real-IP $remote_addr;",
+        "proxy_buffering off;",
+        "location = /ws {",
+        "location = /twilio {",
+        "location = /healthz {",
+        "location / {",
+        "proxy_read_timeout 3600s;",
+    ):
+        assert line in text, line
+    # the session timeout applies to both WebSocket locations, and proxy_set_header
+    # lives at server level only (a location setting its own would drop the others)
+    assert text.count("proxy_read_timeout 3600s;") == 2
+    directives = [ln.strip() for ln in text.splitlines() if not ln.strip().startswith("#")]
+    assert [d for d in directives if d.startswith("proxy_set_header")] == [
+        d for d in directives[: directives.index("location = /ws {")] if d.startswith("proxy_set_header")
+    ]
+    assert len([d for d in directives if d.startswith("proxy_set_header")]) == 6
+    assert "sticky" not in text and "ip_hash" not in text
+
+
+def test_the_complete_config_keeps_every_path_under_the_prefix() -> None:
+    site = replace(SITE, access_log=ACCESS_LOG)
+    text = render_standalone(site)
+    assert text.count(render_site(site).splitlines()[0]) == 1  # the site, once, inside http {}
+    for directive in ("pid", "error_log", "access_log", "client_body_temp_path", "proxy_temp_path"):
+        (line,) = [
+            ln.strip()
+            for ln in text.splitlines()
+            if ln.strip().startswith(directive + " ") and "off" not in ln
+        ]
+        assert not line.split()[1].startswith("/"), line
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert not [ln for ln in lines if ln.startswith(("user ", "daemon "))]  # -g 'daemon off;' is the caller's
+    assert "\nuser www-data;\n" in render_standalone(site, user="www-data")
+    assert "worker_processes 1;" in render_standalone(site, worker_processes=1)
+
+
+@pytest.mark.parametrize(
+    ("site", "message"),
+    [
+        (NginxSite(workers=()), "at least one worker"),
+        (NginxSite(workers=("127.0.0.1",)), "expected host:port"),
+        (NginxSite(workers=("127.0.0.1:0",)), "port must be 1-65535"),
+        (NginxSite(workers=("127.0.0.1:http",)), "port must be 1-65535"),
+        (NginxSite(workers=("::1:8801",)), "expected host:port"),
+        (NginxSite(workers=("a;b:8801",)), "expected host:port"),
+        (NginxSite(workers=("h:1", "h:1")), "listed twice"),
+        (NginxSite(workers=("h:1",), listen="70000"), "port must be 1-65535"),
+        (NginxSite(workers=("h:1",), listen="0.0.0.0"), "expected host:port"),
+        (NginxSite(workers=("h:1",), server_name="a;b"), "server_name"),
+        (NginxSite(workers=("h:1",), upstream="voice-pipeline"), "identifier"),
+        (NginxSite(workers=("h:1",), session_timeout_s=0), "timeouts"),
+        (NginxSite(workers=("h:1",), access_log="/x y.log"), "access_log"),
+    ],
+)
+def test_bad_sites_are_config_errors(site: NginxSite, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        render_site(site)
+
+
+def test_ipv6_and_named_workers_are_accepted() -> None:
+    text = render_site(NginxSite(workers=("[::1]:8801", "voice-2.internal:8801"), listen="[::]:443"))
+    assert "server [::1]:8801 " in text and "server voice-2.internal:8801 " in text
+    assert "listen [::]:443;" in text
+
+
+def _module(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "voice_pipeline.deploy.nginx", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_the_command_prints_the_rendered_config() -> None:
+    workers = ["--worker", "127.0.0.1:8801", "--worker", "127.0.0.1:8802"]
+    out = _module(*workers, "--listen", "8080")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == render_standalone(replace(SITE, access_log=ACCESS_LOG))
+    site = _module(*workers, "--listen", "8080", "--site")
+    assert site.stdout == render_site(SITE)
+    bad = _module("--worker", "127.0.0.1")
+    assert bad.returncode == 2 and "expected host:port" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _nginx() -> str:
+    exe = nginx_exe()
+    if exe is None:
+        pytest.fail("nginx is not installed (Debian: apt-get install nginx; bootstrap.sh's test job does)")
+    return exe
+
+
+def test_nginx_accepts_both_forms_of_the_config(tmp_path: Path) -> None:
+    (tmp_path / "nginx.conf").write_text(render_standalone(replace(SITE, access_log=ACCESS_LOG)))
+    # the conf.d form, included by a minimal main config as Debian's nginx.conf does
+    site = replace(SITE, access_log="site.access.log")
+    (tmp_path / "site.conf").write_text(render_site(site))
+    main = (tmp_path / "nginx.conf").read_text().split("http {")[0] + "http {\n    include site.conf;\n}\n"
+    (tmp_path / "main.conf").write_text(main)
+    for conf in ("nginx.conf", "main.conf"):
+        out = subprocess.run(
+            [_nginx(), "-t", "-p", str(tmp_path), "-c", conf, "-e", "error.log"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert "test is successful" in out.stderr
+
+
+# ---------------------------------------------------------------- two workers behind nginx
+
+
+@dataclass
+class Cluster:
+    workers: list[Worker]
+    nginx: Nginx
+
+
+@pytest.fixture(scope="module")
+def cluster(vllm_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    base = tmp_path_factory.mktemp("scaleout")
+    t0 = time.monotonic()
+    workers = [start_worker(vllm_server_url, base / f"worker{i}.log", SESSIONS) for i in range(WORKERS)]
+    try:
+        for worker in workers:  # they load in parallel
+            worker.wait_healthy()
+        print(
+            f"\nworkers healthy in {time.monotonic() - t0:.1f} s "
+            f"(each: {', '.join(f'{w.start_s:.1f} s' for w in workers)})"
+        )
+        (base / "nginx").mkdir()
+        with nginx_proxy([w.address for w in workers], base / "nginx") as nginx:
+            yield Cluster(workers, nginx)
+    except ProcessFailed as exc:
+        pytest.fail(str(exc))
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+@pytest.mark.real_models
+def test_healthz_through_nginx_is_a_workers_answer(cluster: Cluster) -> None:
+    health = httpx.get(f"{cluster.nginx.http_url}/healthz", timeout=10.0).json()
+    assert health["status"] == "ok" and health["max_sessions"] == SESSIONS
+    assert httpx.get(f"{cluster.nginx.http_url}/metrics", timeout=10.0).status_code == 404
+    page = httpx.get(f"{cluster.nginx.http_url}/", timeout=10.0)
+    assert page.status_code == 200 and "<html" in page.text.lower()
+
+
+async def _converse(url: str) -> tuple[str, str]:
+    """One session: say the question, wait for its turn's record; (heard, replied)."""
+    async with voice_client(url) as client:
+        await client.start()
+        client.start_microphone()
+        client.say(espeak(QUESTION))
+        latency = await client.wait_for(lambda m: m["type"] == "turn.latency", 180)
+        record = latency["record"]
+        return str(record["user_text"]), str(record["assistant_text"])
+
+
+def _counts(metrics: list[dict[str, float]], what: str) -> list[float]:
+    return [m[f"voice_pipeline_{what}_total"] for m in metrics]
+
+
+async def _upgrades_logged(nginx: Nginx, n: int) -> list[str]:
+    """nginx's access-log lines of /ws upgrades (written when a connection ends)."""
+    async with asyncio.timeout(30):
+        while True:
+            lines = [ln for ln in nginx.access_log() if '"GET /ws HTTP/1.1" 101 ' in ln]
+            if len(lines) >= n:
+                return lines
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.real_models
+async def test_sessions_through_nginx_reach_both_workers_and_get_replies(cluster: Cluster) -> None:
+    before = [w.metrics() for w in cluster.workers]
+    results = await asyncio.gather(*(_converse(cluster.nginx.ws_url) for _ in range(SESSIONS)))
+    for heard, replied in results:
+        assert word_error_rate(QUESTION, heard) <= 0.2, heard
+        assert "paris" in normalize(replied), replied
+    after = [w.metrics() for w in cluster.workers]
+    served = [a - b for a, b in zip(_counts(after, "sessions"), _counts(before, "sessions"), strict=True)]
+    turns = [a - b for a, b in zip(_counts(after, "turns"), _counts(before, "turns"), strict=True)]
+    assert all(n >= 1 for n in served), served
+    assert sum(served) == SESSIONS and sum(turns) == SESSIONS, (served, turns)
+    assert all(a["voice_pipeline_turn_failures_total"] == 0 for a in after)
+    # nginx proxied each session (101 Switching Protocols) and used both workers
+    upgrades = await _upgrades_logged(cluster.nginx, SESSIONS)
+    assert {ln.split("upstream=")[1].split()[0] for ln in upgrades} == {w.address for w in cluster.workers}
+
+
+@pytest.mark.real_models
+def test_workers_stop_cleanly_on_sigterm(cluster: Cluster) -> None:
+    for worker in cluster.workers:
+        assert worker.stop() == 0, worker.log()[-2000:]
+        log = worker.log()
+        assert log.rstrip().endswith("stopped"), log[-2000:]
+        assert "Traceback" not in log and "never awaited" not in log, log[-4000:]
