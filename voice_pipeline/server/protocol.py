@@ -27,6 +27,9 @@ MAX_RATE_HZ = 48000
 
 Json = dict[str, Any]
 
+#: longest excerpt of a client's value quoted back in an error message
+_QUOTE_CHARS = 60
+
 
 class ErrorCode(enum.StrEnum):
     BAD_JSON = "bad_json"
@@ -102,10 +105,19 @@ _BARE: dict[str, ClientMessage] = {
 KNOWN_TYPES = ("start", "playback", *_BARE)
 
 
+def _quote(value: object) -> str:
+    """``repr(value)``, cut short: an error never echoes a megabyte back to the client."""
+    try:
+        text = repr(value)
+    except RecursionError:  # nested deeper than repr goes
+        text = type(value).__name__
+    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 3] + "..."
+
+
 def _int_field(msg: Json, name: str, default: int | None = None) -> int:
     value = msg.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ClientMessageError(ErrorCode.BAD_FIELD, f"'{name}' must be an integer, got {value!r}")
+        raise ClientMessageError(ErrorCode.BAD_FIELD, f"'{name}' must be an integer, got {_quote(value)}")
     return value
 
 
@@ -123,10 +135,12 @@ def parse_start(msg: Json) -> Start:
     if version != PROTOCOL_VERSION:
         raise ClientMessageError(
             ErrorCode.UNSUPPORTED_VERSION,
-            f"protocol version {version!r} is not supported; this server speaks {PROTOCOL_VERSION}",
+            f"protocol version {_quote(version)} is not supported; this server speaks {PROTOCOL_VERSION}",
         )
     if msg.get("format", "pcm16") != "pcm16":
-        raise ClientMessageError(ErrorCode.BAD_FIELD, f"'format' must be \"pcm16\", got {msg['format']!r}")
+        raise ClientMessageError(
+            ErrorCode.BAD_FIELD, f"'format' must be \"pcm16\", got {_quote(msg['format'])}"
+        )
     rate = _rate_field(msg, "sample_rate")
     out_rate = _rate_field(msg, "output_sample_rate", rate)
     caps = msg.get("capabilities", {})
@@ -145,7 +159,7 @@ def parse_message(text: str) -> ClientMessage:
     """One text frame -> a message. Raises :class:`ClientMessageError`."""
     try:
         msg = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep ("[[[[...")
         raise ClientMessageError(
             ErrorCode.BAD_JSON, "text frames must hold one JSON object; audio goes in binary frames"
         ) from None
@@ -165,7 +179,7 @@ def parse_message(text: str) -> ClientMessage:
     if isinstance(kind, str) and kind in _BARE:
         return _BARE[kind]
     raise ClientMessageError(
-        ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind!r}; known: {', '.join(KNOWN_TYPES)}"
+        ErrorCode.UNKNOWN_TYPE, f"unknown message type {_quote(kind)}; known: {', '.join(KNOWN_TYPES)}"
     )
 
 

@@ -25,6 +25,7 @@ ENCODING = "audio/x-mulaw"
 RATE_HZ = 8000
 FRAME_BYTES = 160  # 20 ms of 8 kHz µ-law
 MAX_PAYLOAD_BYTES = 8000  # one second of audio in one media message is already abnormal
+_QUOTE_CHARS = 60  # longest excerpt of the caller's value quoted in an error
 
 
 class TwilioMessageError(VoicePipelineError):
@@ -74,6 +75,14 @@ class StreamStopped:
 TwilioEvent = Connected | StreamStarted | MediaReceived | DtmfReceived | MarkPlayed | StreamStopped
 
 
+def _quote(value: object) -> str:
+    try:
+        text = repr(value)
+    except RecursionError:  # nested deeper than repr goes
+        text = type(value).__name__
+    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 3] + "..."
+
+
 def _obj(msg: dict[str, Any], key: str) -> dict[str, Any]:
     value = msg.get(key)
     if not isinstance(value, dict):
@@ -93,7 +102,7 @@ def _int(obj: dict[str, Any], key: str) -> int:
     value = obj.get(key, 0)
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # None/[]; "x", NaN, 5000 digits; Infinity
         raise TwilioMessageError(f"'{key}' must be an integer") from None
 
 
@@ -107,8 +116,14 @@ class TwilioProtocol:
     def receive(self, text: str) -> TwilioEvent:
         try:
             msg = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # also a number of 5000 digits, or "[[[[..." too deep
             raise TwilioMessageError("not JSON") from None
+        try:
+            return self._receive(msg)
+        except RecursionError:  # str() of a value nested almost as deep as json.loads allows
+            raise TwilioMessageError("a value nested too deep") from None
+
+    def _receive(self, msg: Any) -> TwilioEvent:
         if not isinstance(msg, dict):
             raise TwilioMessageError("not a JSON object")
         event = msg.get("event")
@@ -117,11 +132,11 @@ class TwilioProtocol:
         if event == "start":
             return self._start(msg)
         if event not in ("media", "dtmf", "mark", "stop"):
-            raise TwilioMessageError(f"unknown event {event!r}")
+            raise TwilioMessageError(f"unknown event {_quote(event)}")
         if self.stream_sid is None:
             raise TwilioMessageError(f"'{event}' before 'start'")
         if msg.get("streamSid") != self.stream_sid:
-            raise TwilioMessageError(f"'{event}' for another stream ({msg.get('streamSid')!r})")
+            raise TwilioMessageError(f"'{event}' for another stream ({_quote(msg.get('streamSid'))})")
         match event:
             case "media":
                 return self._media(_obj(msg, "media"))
@@ -147,7 +162,7 @@ class TwilioProtocol:
             _int(fmt, "channels"),
         ) != (ENCODING, RATE_HZ, 1):
             raise TwilioMessageError(
-                f"unsupported mediaFormat {fmt!r}: need {ENCODING} {RATE_HZ} Hz mono", fatal=True
+                f"unsupported mediaFormat {_quote(fmt)}: need {ENCODING} {RATE_HZ} Hz mono", fatal=True
             )
         tracks = start.get("tracks", ["inbound"])
         params = start.get("customParameters", {})
