@@ -91,6 +91,13 @@ class Worker:
                 stop_group(self.proc)
         return self.proc.wait()
 
+    def rss_mib(self) -> float:
+        """Resident memory of the worker process now (Linux /proc)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
