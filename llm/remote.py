@@ -10,20 +10,28 @@ Token counts come from vLLM's ``stream_options.continuous_usage_stats`` (the
 cumulative ``usage.completion_tokens`` carried by every chunk); a server that
 sends no usage counts one token per chunk.
 
-Errors are :class:`EngineError`: connection failures, timeouts (no chunk for
-``request_timeout_s``), dropped streams and 5xx answers are ``retryable``;
-4xx answers (a bad request) are not.
+Errors are :class:`EngineError`: connection failures, timeouts (no byte for
+``request_timeout_s``, first token or between tokens), dropped streams (including
+one that ends without ``[DONE]``) and 5xx answers are ``retryable``; 4xx answers
+(a bad request) are not.
+
+Retry with backoff (:class:`llm.base.HealthTracker`): after a retryable failure,
+new requests fail at once for ``retry_initial_s`` (doubling per consecutive
+failure, at most ``retry_max_s``), so a turn during an outage ends with the
+apology at once instead of waiting for a timeout; the first request after the
+wait is tried for real, and its first token makes :meth:`RemoteVLLM.health` ok.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from llm.base import ChatMessage, LLMDelta
+from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import ConfigError, EngineError
 
@@ -66,11 +74,9 @@ def parse_sse_line(line: str) -> SSEChunk | SSEDone | None:
     try:
         data = json.loads(payload)
     except ValueError as exc:
-        raise EngineError(f"malformed event from the LLM server: {payload[:200]!r}",
-                          retryable=True) from exc
+        raise EngineError(f"malformed event from the LLM server: {payload[:200]!r}", retryable=True) from exc
     if not isinstance(data, dict):
-        raise EngineError(f"unexpected event from the LLM server: {payload[:200]!r}",
-                          retryable=True)
+        raise EngineError(f"unexpected event from the LLM server: {payload[:200]!r}", retryable=True)
     if "error" in data:
         error = data["error"]
         message = error.get("message", error) if isinstance(error, dict) else error
@@ -110,6 +116,7 @@ class RemoteVLLM:
         self._streams: dict[str, httpx.Response | None] = {}
         self._aborted: set[str] = set()
         self._closed = False
+        self._health = HealthTracker(cfg.retry_initial_s, cfg.retry_max_s)
 
     # ------------------------------------------------------------ interface
 
@@ -121,7 +128,15 @@ class RemoteVLLM:
 
         self._require_open()
         url = f"{self._base}/chat/completions"
+        wait_s = self._health.wait_s(time.monotonic_ns())
+        if wait_s > 0:  # backing off: fail fast, count nothing
+            raise EngineError(
+                f"the LLM server is failing ({self._health.reason}); next try in {wait_s:.1f} s",
+                retryable=True,
+            )
         counted = 0
+        answered = False  # a token arrived: the server works
+        complete = False  # [DONE] or a finish_reason: the stream was not cut
         self._aborted.discard(request_id)
         self._streams[request_id] = None  # counted as open while connecting
         try:
@@ -150,17 +165,29 @@ class RemoteVLLM:
                     if event is None:
                         continue
                     if isinstance(event, SSEDone):
+                        complete = True
                         break
+                    complete = complete or event.finish_reason is not None
                     if event.completion_tokens is not None:
                         num, counted = event.completion_tokens - counted, event.completion_tokens
                     else:
                         num = 1 if event.text else 0
                     if event.text or num > 0:
+                        if not answered:
+                            answered = True
+                            self._health.succeeded()
                         yield LLMDelta(event.text, num)
+            if not complete and request_id not in self._aborted and not self._closed:
+                raise EngineError(f"LLM server at {url}: the stream ended before [DONE]", retryable=True)
         except (httpx.HTTPError, httpx.StreamError) as exc:
             if request_id in self._aborted or self._closed:
                 return  # we closed the response ourselves
-            raise _transport_error(url, exc, self._cfg.request_timeout_s) from exc
+            error = _transport_error(url, exc, self._cfg.request_timeout_s)
+            self._failed(error)
+            raise error from exc
+        except EngineError as exc:
+            self._failed(exc)
+            raise
         finally:
             self._streams.pop(request_id, None)
             self._aborted.discard(request_id)
@@ -178,6 +205,9 @@ class RemoteVLLM:
         """Reply streams this client has open."""
         return len(self._streams)
 
+    def health(self) -> LLMHealth:
+        return self._health.health(time.monotonic_ns())
+
     async def aclose(self) -> None:
         if self._closed:
             return
@@ -187,6 +217,11 @@ class RemoteVLLM:
         await self._client.aclose()
 
     # ------------------------------------------------------------ internals
+
+    def _failed(self, error: EngineError) -> None:
+        """Count a failure that says the server is not answering (not a 4xx: our request)."""
+        if error.retryable:
+            self._health.failed(time.monotonic_ns(), str(error))
 
     def _require_open(self) -> None:
         if self._closed:
@@ -210,8 +245,9 @@ class RemoteVLLM:
                     models = response.json()["data"]
                     self._model = str(models[0]["id"])
                 except (ValueError, KeyError, IndexError, TypeError) as exc:
-                    raise EngineError(f"{url} listed no model: {response.text[:200]!r}",
-                                      retryable=False) from exc
+                    raise EngineError(
+                        f"{url} listed no model: {response.text[:200]!r}", retryable=False
+                    ) from exc
             return self._model
 
     @staticmethod
@@ -230,8 +266,9 @@ class RemoteVLLM:
             pass
         status = response.status_code
         retryable = status >= 500 or status in (408, 429)
-        raise EngineError(f"LLM server answered {status} for {response.request.url}: {detail}",
-                          retryable=retryable)
+        raise EngineError(
+            f"LLM server answered {status} for {response.request.url}: {detail}", retryable=retryable
+        )
 
 
 def _transport_error(url: str, exc: Exception, timeout_s: float) -> EngineError:

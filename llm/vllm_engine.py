@@ -16,7 +16,10 @@ process's own threads alone. Note that vLLM's CPU worker replaces
 ``torch.set_num_threads`` by a no-op in the process it runs in (the child here).
 
 Errors: failing to load is :class:`ModelError`; a failure during a request is
-:class:`EngineError` (``retryable=False`` once the engine is dead).
+:class:`EngineError` (``retryable=False`` once the engine is dead). Failures and
+stalls (no token for ``request_timeout_s``) make :meth:`VLLMEngine.health` not ok
+until a request gets a token again; there is no backoff (in process, a failing
+engine is usually dead, and a dead engine refuses requests at once anyway).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from llm.base import ChatMessage, LLMDelta
+from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import EngineError, MissingPackageError, ModelError
 
@@ -80,6 +83,7 @@ class VLLMEngine:
         self._closed = False
         self._active: set[str] = set()  # request ids of open streams
         self._aborted: set[str] = set()  # ... that abort() was called for
+        self._health = HealthTracker(cfg.retry_initial_s, cfg.retry_max_s)  # backoff unused
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
             raise ModelError(f"no Hugging Face model folder at {model_dir} (config.json missing)")
@@ -153,17 +157,20 @@ class VLLMEngine:
                 finished = bool(out.finished)
                 completion = out.outputs[0]
                 if completion.text or completion.token_ids:
+                    self._health.succeeded()
                     yield LLMDelta(completion.text, len(completion.token_ids))
         except TimeoutError as exc:
-            raise EngineError(
-                f"vLLM produced no token for {self._cfg.request_timeout_s} s", retryable=True
-            ) from exc
+            error = EngineError(f"vLLM produced no token for {self._cfg.request_timeout_s} s", retryable=True)
+            self._health.failed(time.monotonic_ns(), str(error))
+            raise error from exc
         except (asyncio.CancelledError, GeneratorExit):
             raise
         except EngineError:
             raise
         except Exception as exc:
-            raise self._engine_error(exc) from exc
+            error = self._engine_error(exc)
+            self._health.failed(time.monotonic_ns(), str(error))
+            raise error from exc
         finally:
             self._active.discard(request_id)
             self._aborted.discard(request_id)
@@ -182,6 +189,11 @@ class VLLMEngine:
         if self._closed:
             return 0
         return int(self._engine.get_num_unfinished_requests())
+
+    def health(self) -> LLMHealth:
+        if not self._closed and self._engine.errored:
+            return LLMHealth(False, "the vLLM engine process died", max(1, self._health.failures))
+        return self._health.health(time.monotonic_ns())
 
     async def aclose(self) -> None:
         self._shutdown()

@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.base import Transcription
-from llm.base import ChatMessage, LLMDelta
+from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.events import Event, TurnCompleted
@@ -187,6 +187,8 @@ class FakeLLM:
 
     ``hold_after(n)`` makes new streams wait after ``n`` tokens until :meth:`release`;
     ``fail_after = n`` makes new streams raise ``error`` instead of token ``n``.
+    Health: a retryable failure makes :meth:`health` not ok until a token is streamed
+    (no backoff).
     """
 
     def __init__(
@@ -202,6 +204,7 @@ class FakeLLM:
         self.aborted: list[str] = []
         self.failed: list[str] = []
         self.close_calls = 0
+        self.tracker = HealthTracker(0.5, 10.0)
         self._hold_after: int | None = None
         self._resume = asyncio.Event()
         self._active: set[str] = set()
@@ -231,8 +234,11 @@ class FakeLLM:
                     await self._resume.wait()
                 if fail_after is not None and i == fail_after:
                     outcome = self.failed
+                    if self.error.retryable:
+                        self.tracker.failed(time.monotonic_ns(), str(self.error))
                     raise self.error
                 await asyncio.sleep(self.token_delay_s)
+                self.tracker.succeeded()
                 yield LLMDelta(text, 1)
             outcome = self.finished
         finally:
@@ -247,6 +253,9 @@ class FakeLLM:
 
     def unfinished_requests(self) -> int:
         return len(self._active)
+
+    def health(self) -> LLMHealth:
+        return self.tracker.health(time.monotonic_ns())
 
     async def aclose(self) -> None:
         self.close_calls += 1

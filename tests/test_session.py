@@ -39,6 +39,7 @@ from voice_pipeline.errors import EngineError, VoicePipelineError
 from voice_pipeline.ledger import CRITICAL_PATH, TurnRecord
 from voice_pipeline.runner import run_audio
 from voice_pipeline.session import Session
+from voice_pipeline.turns import message_tokens
 
 MS = 1_000_000
 FRAME = 512
@@ -91,7 +92,7 @@ def make_harness(
     fakes = Fakes() if fakes is None else fakes
     clock = FakeClock()
     transport = RecordingTransport(clock, output_rate_hz=output_rate_hz or fakes.tts.sample_rate_hz)
-    session = Session(fakes.engines(), cfg, transport, clock=clock)
+    session = Session(fakes.engines(), cfg, transport, clock=clock, sleep_until=clock.sleep_until)
     return Harness(clock, fakes, transport, session, Driver(session, clock, fakes), cfg)
 
 
@@ -800,7 +801,8 @@ async def test_engine_error_fails_the_turn_and_the_session_goes_on(h: Harness, w
     await h.driver.speak(0.4)
     await h.driver.quiet_until(lambda: h.completed(1))
     failed = h.transport.of(ev.TurnFailed, 1)
-    assert [(f.stage, f.message, f.retryable) for f in failed] == [("reply", str(error), error.retryable)]
+    stage = "llm" if where.startswith("llm") else where
+    assert [(f.stage, f.message, f.retryable) for f in failed] == [(stage, str(error), error.retryable)]
     completed = h.transport.of(ev.TurnCompleted, 1)[0]
     assert h.transport.events.index(failed[0]) < h.transport.events.index(completed)
     assert llm.unfinished_requests() == 0
@@ -960,3 +962,238 @@ async def test_a_prefetch_is_dropped_when_the_user_goes_on(h: Harness) -> None:
     await d.quiet_until(lambda: bool(t.of(ev.TurnCompleted, 1)))
     assert h.record(1).assistant_text == REPLY
     assert llm.unfinished_requests() == 0
+
+
+# ------------------------------------------------------------ apology (a stage failed)
+
+
+def samples_of(h: Harness, text: str) -> int:
+    return h.fakes.tts.samples_for(text)
+
+
+async def test_a_failed_llm_is_answered_with_the_apology_kept_out_of_the_history(h: Harness) -> None:
+    t, d, llm, tts = h.transport, h.driver, h.fakes.llm, h.fakes.tts
+    apology = h.cfg.llm.apology
+    llm.fail_after = 0  # refused before any token
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(1))
+    (failed,) = t.of(ev.TurnFailed, 1)
+    assert (failed.stage, failed.retryable) == ("llm", True)
+    assert tts.texts == [apology]
+    assert sum(len(p) for p in t.audio[1]) == samples_of(h, apology)  # spoken like a reply
+    assert t.played_samples(1) == samples_of(h, apology)  # and played to the end
+    rec = h.record(1)
+    assert rec.failed == "llm"
+    assert rec.assistant_text == rec.heard_text == ""
+    assert "apology_sent" in rec.marks_ns
+    assert "voice_to_voice" not in rec.stages_ms  # the apology is not the reply
+    assert t.events.index(failed) < t.events.index(t.of(ev.TurnCompleted, 1)[0])
+    assert h.session.history == []  # nothing was answered: the turn is left out
+
+    llm.fail_after = None
+    h.fakes.asr.text = "and now"
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(2))
+    assert h.record(2).assistant_text == REPLY and h.record(2).failed is None
+    assert llm.requests[-1].messages == (
+        ChatMessage("system", h.cfg.llm.system_prompt),
+        ChatMessage("user", "and now"),
+    )
+    assert tts.texts.count(apology) == 1  # synthesized once per session
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+
+
+async def test_a_stream_dropped_mid_reply_keeps_what_was_said_then_apologizes(h: Harness) -> None:
+    t, d, llm, tts = h.transport, h.driver, h.fakes.llm, h.fakes.tts
+    first_clause = clauses_of(REPLY, h.cfg.tts.min_clause_words)[0]
+    llm.fail_after = len(first_clause.split()) + 2
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(1))
+    assert tts.texts == [first_clause, h.cfg.llm.apology]
+    assert [len(p) for p in t.audio[1]] == [samples_of(h, first_clause), samples_of(h, h.cfg.llm.apology)]
+    rec = h.record(1)
+    assert rec.failed == "llm"
+    assert rec.heard_text == first_clause
+    assert "voice_to_voice" in rec.stages_ms  # the reply's own first words were spoken
+    assert h.session.history == [
+        ChatMessage("user", "what is the answer"),
+        ChatMessage("assistant", first_clause + "..."),
+    ]
+
+
+async def test_an_unexpected_exception_in_tts_fails_only_the_turn(h: Harness) -> None:
+    h.fakes.tts.error = RuntimeError("onnxruntime exploded")
+    await h.driver.speak(0.4)
+    await h.driver.quiet_until(lambda: h.completed(1))
+    (failed,) = h.transport.of(ev.TurnFailed, 1)
+    assert (failed.stage, failed.message, failed.retryable) == (
+        "tts",
+        "internal error in tts: RuntimeError",
+        False,
+    )
+    assert h.fakes.llm.unfinished_requests() == 0  # its LLM request was aborted with it
+    assert h.record(1).failed == "tts"
+    h.fakes.tts.error = None
+    await h.driver.speak(0.4)
+    await h.driver.quiet_until(lambda: h.completed(2))
+    assert h.record(2).assistant_text == REPLY
+
+
+async def test_an_asr_failure_apologizes_too() -> None:
+    h = make_harness()
+    try:
+        h.fakes.asr.error = EngineError("decoder died", retryable=False)
+        await h.driver.speak(0.4)
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert [(f.stage, f.message) for f in h.transport.of(ev.TurnFailed, 1)] == [("asr", "decoder died")]
+        assert h.fakes.llm.requests == []
+        assert h.fakes.tts.texts == [h.cfg.llm.apology]
+        assert h.session.history == []
+    finally:
+        await h.session.aclose()
+
+
+async def test_no_apology_when_it_is_configured_empty() -> None:
+    cfg = base_config()
+    h = make_harness(dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, apology="")))
+    try:
+        h.fakes.llm.fail_after = 0
+        await h.driver.speak(0.4)
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert len(h.transport.of(ev.TurnFailed, 1)) == 1
+        assert h.fakes.tts.texts == [] and h.transport.audio == {}
+    finally:
+        await h.session.aclose()
+
+
+# ------------------------------------------------------------ filler (the reply is late)
+
+FILLER_AFTER_MS = 400
+
+
+@pytest.fixture
+async def hf() -> AsyncIterator[Harness]:
+    cfg = base_config()
+    harness = make_harness(
+        dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, filler_after_ms=FILLER_AFTER_MS))
+    )
+    harness.fakes.llm.reply = REPLY
+    yield harness
+    harness.fakes.llm.release()
+    await harness.session.aclose()
+
+
+async def test_a_late_reply_is_preceded_by_the_filler(hf: Harness) -> None:
+    h, t, d, llm, tts = hf, hf.transport, hf.driver, hf.fakes.llm, hf.fakes.tts
+    filler = h.cfg.llm.filler_text
+    llm.hold_after(0)  # thinking: no token yet
+    await d.speak(0.5)
+    assert tts.texts == [filler]  # synthesized in advance, as the session began
+    await d.quiet_until(lambda: 1 in t.audio)
+    assert [len(p) for p in t.audio[1]] == [samples_of(h, filler)]
+    llm.release()
+    await d.quiet_until(lambda: h.completed(1))
+
+    assert tts.texts == [filler, *clauses_of(REPLY, h.cfg.tts.min_clause_words)]  # filler made once
+    assert len(t.audio[1][0]) == samples_of(h, filler)
+    rec = h.record(1)
+    marks = rec.marks_ns
+    # the filler went out when the user had been silent filler_after_ms (to a 20 ms input chunk)
+    assert rec.filler_ms is not None
+    assert FILLER_AFTER_MS <= rec.filler_ms < FILLER_AFTER_MS + 20
+    assert rec.filler_ms == (marks["filler_sent"] - marks["speech_end"]) / 1e6
+    # voice_to_voice still ends at the reply's own first audio, after the filler
+    assert marks["filler_sent"] < marks["first_audio_sent"]
+    assert rec.stages_ms["voice_to_voice"] == (marks["first_audio_sent"] - marks["speech_end"]) / 1e6
+    assert rec.stages_ms["voice_to_voice"] > rec.filler_ms
+    assert sum(rec.stages_ms[s.name] for s in CRITICAL_PATH) == pytest.approx(rec.stages_ms["voice_to_voice"])
+    # the filler is not the reply's text, nor in the history
+    assert rec.assistant_text == REPLY
+    assert rec.heard_text == " ".join(clauses_of(REPLY, h.cfg.tts.min_clause_words))
+    assert all(filler not in m.content for m in h.session.history)
+    assert rec.as_dict()["filler_ms"] == round(rec.filler_ms, 1)
+
+
+async def test_no_filler_when_the_reply_is_on_time(hf: Harness) -> None:
+    h = hf
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert rec.filler_ms is None and "filler_sent" not in rec.marks_ns
+    assert sum(len(p) for p in h.transport.audio[1]) == sum(
+        samples_of(h, c) for c in clauses_of(REPLY, h.cfg.tts.min_clause_words)
+    )
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+
+
+async def test_barge_in_during_the_filler_works_like_during_a_reply(hf: Harness) -> None:
+    h, t, d, llm = hf, hf.transport, hf.driver, hf.fakes.llm
+    llm.hold_after(0)
+    await d.speak(0.5)
+    await d.quiet_until(lambda: t.played_samples(1) > 0)  # the filler is playing
+    h.fakes.asr.text = "never mind"
+    await d.speak_until(lambda: bool(t.of(ev.ReplyPaused, 1)))
+    assert t.clears(1)  # flushed at once
+    await d.speak(0.2)
+    await d.quiet_until(lambda: h.completed(1))
+    assert [i.reason for i in t.of(ev.ReplyInterrupted, 1)] == ["barge-in"]
+    await d.settle()
+    assert llm.aborted[:1] == h.llm_requests[:1]  # the late reply's request is aborted
+    rec = h.record(1)
+    assert rec.interrupted and rec.heard_text == "" and "first_audio_sent" not in rec.marks_ns
+    assert "barge_in_stop" in rec.stages_ms
+    llm.release()
+    await d.quiet_until(lambda: h.completed(2))
+    assert h.record(2).user_text == "never mind"
+    assert h.session.history[0] == ChatMessage("user", "what is the answer")
+    assert h.session.history[1] == ChatMessage("user", "never mind")
+
+
+# ------------------------------------------------------------ history budget
+
+
+async def test_the_history_is_kept_within_its_token_budget() -> None:
+    cfg = base_config()
+    h = make_harness(dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, history_max_tokens=120)))
+    try:
+        h.fakes.llm.reply = "It is noon."
+        for i in range(1, 9):
+            h.fakes.asr.text = f"question number {'x' * 20} {i}"
+            await h.driver.speak(0.4)
+            await h.driver.quiet_until(lambda i=i: h.completed(i))  # type: ignore[misc]
+            system = ChatMessage("system", h.cfg.llm.system_prompt)
+            request = list(h.fakes.llm.requests[-1].messages)
+            assert request[0] == system and request[-1] == ChatMessage("user", h.fakes.asr.text)
+            assert sum(message_tokens(m) for m in request) <= 120 or len(request) == 2
+            # the session keeps no more than fits, oldest whole turns dropped
+            kept = sum(message_tokens(m) for m in [system, *h.session.history])
+            assert kept <= 120
+        history = h.session.history
+        assert 2 <= len(history) < 16 and len(history) % 2 == 0
+        assert history[-2] == ChatMessage("user", f"question number {'x' * 20} 8")
+        assert [m.role for m in history] == ["user", "assistant"] * (len(history) // 2)
+    finally:
+        await h.session.aclose()
+
+
+async def test_a_prefetch_asked_before_the_history_changed_is_not_used(h: Harness) -> None:
+    """Trimming can keep the history's length while changing it: the prefetch check
+    compares versions, not lengths."""
+    d, llm = h.driver, h.fakes.llm
+    llm.reply = "It is noon."
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(1))
+    assert h.record(1).llm_prefetched
+    # a second user turn whose prefetch is asked, then the history changes under it
+    llm.hold_after(0)
+    h.fakes.asr.text = "and tomorrow"
+    await d.speak(0.4)
+    await d.quiet_until(lambda: len(llm.started) == 2, max_s=0.2)
+    h.session.history = [ChatMessage("user", "other"), ChatMessage("assistant", "thing")]
+    h.session._history_version += 1  # what _remember does after a change
+    llm.release()
+    await d.quiet_until(lambda: h.completed(2))
+    assert not h.record(2).llm_prefetched
+    assert llm.requests[-1].messages[1:3] == (ChatMessage("user", "other"), ChatMessage("assistant", "thing"))

@@ -12,6 +12,12 @@ path stages are consecutive intervals between marks, so they add up exactly to
 
 A :class:`SessionLedger` keeps completed turns' records and per-stage
 percentiles over the session.
+
+Fixed phrases do not count as the reply: a filler spoken while the reply is late
+gets its own mark (``filler_sent``) and figure (:attr:`TurnRecord.filler_ms`, from
+the end of user speech), and ``voice_to_voice`` still ends at the reply's own first
+audio; a failed turn's apology is marked ``apology_sent`` and has no
+``voice_to_voice`` unless some of the reply itself was spoken.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ class Mark(enum.StrEnum):
     BARGE_IN_CONFIRMED = "barge_in_confirmed"  # interruption decided for good
     LLM_ABORTED = "llm_aborted"
     TTS_STOPPED = "tts_stopped"
+    # fixed phrases (not the reply: never an end of voice_to_voice)
+    FILLER_SENT = "filler_sent"  # the filler handed to the transport (the reply was late)
+    APOLOGY_SENT = "apology_sent"  # a stage failed: the apology handed to the transport
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +125,10 @@ class TurnRecord:
     false_interruptions: int = 0
     #: for a user turn spoken over the assistant: what it was (bargein.InterruptionKind)
     interruption: str | None = None
+    #: the stage that failed ("asr", "llm", "tts"), if the turn failed
+    failed: str | None = None
+    #: end of user speech -> filler audio sent, if a filler was spoken (not voice_to_voice)
+    filler_ms: float | None = None
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
         marks = (
@@ -137,6 +150,8 @@ class TurnRecord:
             "llm": {"prefetched": self.llm_prefetched},
             "false_interruptions": self.false_interruptions,
             "interruption": self.interruption,
+            "failed": self.failed,
+            "filler_ms": None if self.filler_ms is None else round(self.filler_ms, 1),
             "work": {
                 "llm_tokens": self.work.llm_tokens,
                 "wasted_tokens": self.work.wasted_tokens,
@@ -162,6 +177,7 @@ class TurnLedger:
         self.false_interruptions = 0
         self.interruption: str | None = None
         self.llm_prefetched = False
+        self.failed: str | None = None
 
     def mark(self, mark: Mark, t_ns: int) -> list[BudgetBreach]:
         """Record ``mark`` at ``t_ns``; return the budgets broken by stages it ends."""
@@ -203,6 +219,7 @@ class TurnLedger:
         interrupted: bool,
         audio_heard_s: float,
     ) -> TurnRecord:
+        speech_end, filler = self._marks.get(Mark.SPEECH_END), self._marks.get(Mark.FILLER_SENT)
         return TurnRecord(
             turn_id=self.turn_id,
             user_text=user_text,
@@ -224,6 +241,8 @@ class TurnLedger:
             llm_prefetched=self.llm_prefetched,
             false_interruptions=self.false_interruptions,
             interruption=self.interruption,
+            failed=self.failed,
+            filler_ms=None if speech_end is None or filler is None else (filler - speech_end) / 1e6,
         )
 
 

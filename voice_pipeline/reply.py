@@ -11,29 +11,70 @@ The speaker keeps every sample of the reply, so a *pause* (the first stage of
 a barge-in) can flush the listener's buffer at once and a *resume* (the
 interruption was only a backchannel) re-sends from exactly where playback
 stopped.
+
+Fixed phrases -- the *filler* spoken when the reply's first clause is late, and
+the *apology* spoken when a stage fails -- are one mechanism: :class:`Phrases`
+synthesizes each text once per session (at the listener's rate) and the reply
+plays it through its own speaker, so barge-in pauses, resumes and cancels them
+exactly like the reply's own words. They are never part of the reply's text
+(:attr:`Reply.text`, :attr:`Reply.clauses`), so they stay out of the history.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from llm.base import LLM, ChatMessage, LLMDelta
+from tts.base import TTS
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
-from voice_pipeline.heard import SpokenClause
+from voice_pipeline.heard import SpokenClause, heard_text
 from voice_pipeline.ledger import Mark
 from voice_pipeline.transport import Transport
 
+log = logging.getLogger(__name__)
+
 MarkFn = Callable[[Mark, int], None]
+SleepUntil = Callable[[int], Awaitable[None]]
+
+
+class Phrases:
+    """Fixed phrases synthesized once and kept, at the listener's rate (one per session)."""
+
+    def __init__(self, tts: TTS, output_rate_hz: int) -> None:
+        self._tts = tts
+        self._rate = output_rate_hz
+        self._pcm: dict[str, NDArray[np.int16]] = {}
+
+    def ready(self, text: str) -> bool:
+        return text in self._pcm
+
+    async def get(self, text: str) -> NDArray[np.int16]:
+        """The phrase's audio; synthesized on first use (in a worker thread)."""
+        pcm = self._pcm.get(text)
+        if pcm is None:
+            raw = await asyncio.to_thread(self._tts.synthesize, text)
+            pcm = self._pcm[text] = resample_int16(raw, self._tts.sample_rate_hz, self._rate)
+        return pcm
+
+
+@dataclass(frozen=True, slots=True)
+class _Phrase:
+    """A fixed phrase queued for the speaker ahead of the reply's clauses."""
+
+    text: str
+    pcm: NDArray[np.int16]
 
 
 class ReplySpeaker:
@@ -114,9 +155,9 @@ class PrefetchedStream:
     for a fresh request. Whoever pumps it calls :meth:`push` and :meth:`close`.
     """
 
-    def __init__(self, user_text: str, history_len: int) -> None:
+    def __init__(self, user_text: str, history_version: int) -> None:
         self.user_text = user_text
-        self.history_len = history_len  # the conversation it was asked with
+        self.history_version = history_version  # the conversation it was asked with
         self._items: list[LLMDelta] = []
         self._done = False
         self._error: BaseException | None = None
@@ -170,6 +211,8 @@ class Reply:
         clock: Callable[[], int],
         mark: MarkFn,
         speaker: ReplySpeaker,
+        phrases: Phrases,
+        sleep_until: SleepUntil,
     ) -> None:
         self.turn_id = turn_id
         self._engines = engines
@@ -178,18 +221,47 @@ class Reply:
         self._clock = clock
         self._mark = mark
         self.speaker = speaker
+        self._phrases = phrases
+        self._sleep_until = sleep_until
         self.text = ""
-        self.clauses: list[SpokenClause] = []
+        self.clauses: list[SpokenClause] = []  # the reply's own words, as spoken
         self.llm_tokens = 0
         self.audio_synthesized_s = 0.0
         self.request_id = f"reply-{id(self)}-{turn_id}"
+        #: "llm" or "tts" once a stage of this reply has raised
+        self.failed_stage: str | None = None
+        #: samples of the filler, which plays before the first clause
+        self.filler_samples = 0
+        self._clause_queued = False
+        self._filler_task: asyncio.Task[None] | None = None
+        self._llm_error: Exception | None = None
 
-    async def run(self, messages: list[ChatMessage], prefetched: PrefetchedStream | None = None) -> None:
-        clauses: asyncio.Queue[str | None] = asyncio.Queue(maxsize=8)
+    def heard(self, played: int, interrupted: bool) -> str:
+        """The reply's own words the listener heard (the filler and apology excluded)."""
+        if not interrupted:
+            return " ".join(c.text for c in self.clauses)
+        return heard_text(self.clauses, max(0, played - self.filler_samples))
+
+    async def run(
+        self,
+        messages: list[ChatMessage],
+        prefetched: PrefetchedStream | None = None,
+        *,
+        filler_at_ns: int | None = None,
+    ) -> None:
+        """Speak the reply; with ``filler_at_ns``, the filler first if no clause is ready by then.
+
+        An LLM failure is raised once the clauses it completed have been spoken; a TTS
+        failure at once (the LLM request is aborted)."""
+        clauses: asyncio.Queue[str | _Phrase | None] = asyncio.Queue(maxsize=8)
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._generate(messages, clauses, prefetched))
                 tg.create_task(self._speak(clauses))
+                if filler_at_ns is not None and self._cfg.llm.filler_text:
+                    self._filler_task = tg.create_task(self._filler(filler_at_ns, clauses))
+            if self._llm_error is not None:
+                raise self._llm_error  # after its complete clauses were spoken
             await self.speaker.drain()
         except asyncio.CancelledError:
             # the TaskGroup has closed the LLM stream (the request is aborted, if it was still
@@ -199,34 +271,90 @@ class Reply:
             self._mark(Mark.TTS_STOPPED, now)
             raise
 
+    async def say(self, text: str, mark: Mark) -> bool:
+        """Speak a fixed phrase after whatever was said, and wait until it is played.
+        False if it could not be synthesized (the failure is logged, not raised)."""
+        try:
+            pcm = await self._phrases.get(text)
+        except Exception:
+            log.warning("turn %d: cannot synthesize %r", self.turn_id, text, exc_info=True)
+            return False
+        if pcm.size:
+            await self.speaker.add(pcm)
+            self._mark(mark, self._clock())
+            await self.speaker.drain()
+        return True
+
+    def _first_clause_queued(self) -> None:
+        if not self._clause_queued:
+            self._clause_queued = True
+            if self._filler_task is not None and not self._filler_task.done():
+                self._filler_task.cancel()  # not needed any more (if not queued already)
+
+    async def _filler(self, at_ns: int, out: asyncio.Queue[str | _Phrase | None]) -> None:
+        await self._sleep_until(at_ns)
+        if self._clause_queued:
+            return
+        text = self._cfg.llm.filler_text
+        try:
+            pcm = await self._phrases.get(text)
+        except Exception:
+            log.warning("turn %d: cannot synthesize the filler", self.turn_id, exc_info=True)
+            return
+        if not self._clause_queued:  # the queue is empty: the filler goes first
+            out.put_nowait(_Phrase(text, pcm))
+
     async def _generate(
-        self, messages: list[ChatMessage], out: asyncio.Queue[str | None], prefetched: PrefetchedStream | None
+        self,
+        messages: list[ChatMessage],
+        out: asyncio.Queue[str | _Phrase | None],
+        prefetched: PrefetchedStream | None,
     ) -> None:
         chunker = ClauseChunker(self._cfg.tts.min_clause_words)
         if prefetched is not None:
             stream = prefetched.stream()  # its owner aborts the request
         else:
             stream = self._engines.llm.stream(messages, self.request_id)
-        async with contextlib.aclosing(stream):  # closing aborts the engine's request
-            async for delta in stream:
-                self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
-                self.llm_tokens += delta.num_tokens
-                self.text += delta.text
-                self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
-                for clause in chunker.push(delta.text):
-                    self._mark(Mark.FIRST_CLAUSE, self._clock())
-                    await out.put(clause)
+        try:
+            async with contextlib.aclosing(stream):  # closing aborts the engine's request
+                async for delta in stream:
+                    self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
+                    self.llm_tokens += delta.num_tokens
+                    self.text += delta.text
+                    self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
+                    for clause in chunker.push(delta.text):
+                        self._mark(Mark.FIRST_CLAUSE, self._clock())
+                        self._first_clause_queued()
+                        await out.put(clause)
+        except Exception as exc:
+            # the clauses already queued are still spoken; run() raises this afterwards
+            self.failed_stage = self.failed_stage or "llm"
+            self._llm_error = exc
+            self._first_clause_queued()  # no filler after a failure (the apology follows)
+            await out.put(None)
+            return
         self._mark(Mark.LLM_DONE, self._clock())
         for clause in chunker.flush():
             self._mark(Mark.FIRST_CLAUSE, self._clock())
+            self._first_clause_queued()
             await out.put(clause)
+        self._first_clause_queued()  # an empty reply: no filler any more either
         await out.put(None)
 
-    async def _speak(self, clauses: asyncio.Queue[str | None]) -> None:
+    async def _speak(self, clauses: asyncio.Queue[str | _Phrase | None]) -> None:
         tts = self._engines.tts
         out_rate = self._transport.output_rate_hz
         while (clause := await clauses.get()) is not None:
-            pcm = await asyncio.to_thread(tts.synthesize, clause)
+            if isinstance(clause, _Phrase):
+                self.filler_samples += len(clause.pcm)
+                await self.speaker.add(clause.pcm)
+                self._mark(Mark.FILLER_SENT, self._clock())
+                continue
+            try:
+                pcm = await asyncio.to_thread(tts.synthesize, clause)
+            except Exception:
+                self.failed_stage = self.failed_stage or "tts"
+                raise
             if pcm.size == 0:
                 continue
             self._mark(Mark.TTS_FIRST_AUDIO, self._clock())

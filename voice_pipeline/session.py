@@ -16,6 +16,18 @@ Ownership:
   never a message racing the data -- which aborts the vLLM request, stops
   synthesis and tells the transport to flush.
 * :meth:`Session.aclose` cancels and awaits every task it owns; it is idempotent.
+
+Failures: an exception from ASR, LLM or TTS during a turn (an :class:`EngineError`,
+or any other ``Exception`` from an engine) ends that turn only: ``TurnFailed``
+(stage ``asr``/``llm``/``tts``), then ``llm.apology`` spoken like a reply (barge-in
+works on it), then ``TurnCompleted`` with ``record.failed`` set. The history keeps a
+failed turn only if some of the reply's own words were heard (user message + those
+words + "..."); otherwise the turn is left out, and the apology never enters it.
+
+History budget: before each request, and after each turn for the list itself, the
+history is cut to the most recent whole turns that fit ``llm.history_max_tokens``
+together with the system prompt (and the new user message)
+(:func:`voice_pipeline.turns.fit_history`).
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +59,21 @@ from voice_pipeline.config import Config
 from voice_pipeline.echo import echo_residual_db
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError, VoicePipelineError
-from voice_pipeline.heard import heard_text
 from voice_pipeline.inputbuf import InputHistory
 from voice_pipeline.ledger import Mark, SessionLedger, TurnLedger, TurnRecord
 from voice_pipeline.playout import Playout
-from voice_pipeline.reply import PrefetchedStream, Reply, ReplySpeaker
+from voice_pipeline.reply import Phrases, PrefetchedStream, Reply, ReplySpeaker
 from voice_pipeline.transport import Transport
-from voice_pipeline.turns import BeginUserTurn, CancelReply, Command, StartReply, TurnTaker
+from voice_pipeline.turns import (
+    BeginUserTurn,
+    CancelReply,
+    Command,
+    StartReply,
+    TurnTaker,
+    fit_history,
+    message_tokens,
+    request_budget,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,17 +100,28 @@ class _Turn:
     prefetched: PrefetchedStream | None = None
     prefetch_ready: asyncio.Event = field(default_factory=asyncio.Event)
     interrupted: bool = False
+    failed: str | None = None  # the stage that failed
     done: bool = False
 
 
 class Session:
     def __init__(
-        self, engines: Engines, cfg: Config, transport: Transport, *, clock: Callable[[], int] = now_ns
+        self,
+        engines: Engines,
+        cfg: Config,
+        transport: Transport,
+        *,
+        clock: Callable[[], int] = now_ns,
+        sleep_until: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
+        """``sleep_until(t_ns)`` waits until ``clock()`` reaches ``t_ns`` (default: real time)."""
         self._engines = engines
         self._cfg = cfg
         self._transport = transport
         self._clock = clock
+        self._sleep_until = sleep_until or self._real_sleep_until
+        self._phrases = Phrases(engines.tts, transport.output_rate_hz)
+        self._phrases_prepared = False
         self.rate_hz = cfg.audio.pipeline_rate_hz
         self._vad = engines.vad.stream()
         self._frame = engines.vad.frame_samples
@@ -99,6 +130,7 @@ class Session:
         self._turns = TurnTaker(interrupt_on_speech=cfg.barge_in.enabled)
         self.ledger = SessionLedger(cfg.budget)
         self.history: list[ChatMessage] = []
+        self._history_version = 0  # changes whenever the history does (prefetch check)
         self._input = InputHistory(self.rate_hz, _HISTORY_S, clock)
         self._vad_end = 0  # end sample of the last VAD frame
         # what the listener is playing, on a timeline of pipeline-rate samples since t0
@@ -121,6 +153,8 @@ class Session:
         """Feed mono float32 input at ``rate_hz``; ``t_ns`` = when its last sample was captured."""
         if self._closed:
             raise VoicePipelineError("session is closed")
+        if not self._phrases_prepared:
+            self._prepare_phrases()
         self._input.append(samples, self._clock() if t_ns is None else t_ns)
         if self._user is not None:
             self._user.transcriber.append(samples)
@@ -267,11 +301,10 @@ class Session:
     # ------------------------------------------------------------ LLM prefetch
 
     def _messages(self, user_text: str) -> list[ChatMessage]:
-        return [
-            ChatMessage("system", self._cfg.llm.system_prompt),
-            *self.history,
-            ChatMessage("user", user_text),
-        ]
+        """The request: system prompt, the past turns that fit the token budget, the new message."""
+        system, user = ChatMessage("system", self._cfg.llm.system_prompt), ChatMessage("user", user_text)
+        budget = request_budget(self._cfg.llm.history_max_tokens, system, user)
+        return [system, *fit_history(self.history, budget), user]
 
     def _start_prefetch(self, turn: _Turn) -> None:
         """Start the LLM on the speculative transcript while the end-of-turn silence runs."""
@@ -293,7 +326,7 @@ class Session:
             text = (await turn.transcriber.final()).text.strip()
             if not text:
                 return
-            buffer = PrefetchedStream(text, history_len=len(self.history))
+            buffer = PrefetchedStream(text, history_version=self._history_version)
             turn.prefetched = buffer
             ready.set()
             request_id = f"prefetch-{id(self)}-{turn.turn_id}"
@@ -307,7 +340,8 @@ class Session:
             return None
         await turn.prefetch_ready.wait()
         buffer = turn.prefetched
-        if buffer is None or buffer.user_text != turn.user_text or buffer.history_len != len(self.history):
+        stale = buffer is not None and buffer.history_version != self._history_version
+        if buffer is None or buffer.user_text != turn.user_text or stale:
             self._drop_prefetch(turn)
             return None
         return buffer
@@ -415,46 +449,70 @@ class Session:
 
     async def _reply_turn(self, turn: _Turn) -> None:
         try:
-            final = await turn.transcriber.final()
-            turn.ledger.asr_decode_ms = final.decode_ms
-            turn.ledger.asr_speculative = final.speculative
-            self._mark(turn, Mark.TRANSCRIPT_FINAL, self._clock())
-            turn.user_text = final.text.strip()
-            self._transport.emit(ev.TranscriptFinalized(turn.turn_id, self._clock(), turn.user_text))
-            over = self._by_id.get(turn.spoken_over) if turn.spoken_over is not None else None
-            if not self._decide_spoken_over(turn) or not turn.user_text:
-                return  # a backchannel, echo or noise: no reply
-            if over is not None and over.reply_task is not None and not over.reply_task.done():
-                await asyncio.wait([over.reply_task])  # its heard text enters the history first
-            prefetched = await self._take_prefetch(turn)
-            turn.ledger.llm_prefetched = prefetched is not None
-            messages = self._messages(turn.user_text)
-            speaker = ReplySpeaker(
-                turn.turn_id,
-                self._transport,
-                functools.partial(self._reference_sent, turn.turn_id),
-                functools.partial(self._reference_cleared, turn.turn_id),
-            )
-            turn.reply = Reply(
-                turn.turn_id,
-                self._engines,
-                self._cfg,
-                self._transport,
-                self._clock,
-                functools.partial(self._mark, turn),
-                speaker,
-            )
-            await turn.reply.run(messages, prefetched)
-        except* EngineError as group:
-            for exc in group.exceptions:
-                assert isinstance(exc, EngineError)
-                log.warning("turn %d failed: %s", turn.turn_id, exc)
-                self._transport.emit(
-                    ev.TurnFailed(turn.turn_id, self._clock(), "reply", str(exc), exc.retryable)
-                )
+            try:
+                await self._answer(turn)
+            except* Exception as group:
+                self._failed(turn, _first_leaf(group))
+            if turn.failed is not None and self._cfg.llm.apology:
+                reply = turn.reply or self._new_reply(turn)
+                turn.reply = reply
+                await reply.say(self._cfg.llm.apology, Mark.APOLOGY_SENT)
         finally:
             self._drop_prefetch(turn)
             self._finish(turn)
+
+    async def _answer(self, turn: _Turn) -> None:
+        final = await turn.transcriber.final()
+        turn.ledger.asr_decode_ms = final.decode_ms
+        turn.ledger.asr_speculative = final.speculative
+        self._mark(turn, Mark.TRANSCRIPT_FINAL, self._clock())
+        turn.user_text = final.text.strip()
+        self._transport.emit(ev.TranscriptFinalized(turn.turn_id, self._clock(), turn.user_text))
+        over = self._by_id.get(turn.spoken_over) if turn.spoken_over is not None else None
+        if not self._decide_spoken_over(turn) or not turn.user_text:
+            return  # a backchannel, echo or noise: no reply
+        if over is not None and over.reply_task is not None and not over.reply_task.done():
+            await asyncio.wait([over.reply_task])  # its heard text enters the history first
+        prefetched = await self._take_prefetch(turn)
+        turn.ledger.llm_prefetched = prefetched is not None
+        messages = self._messages(turn.user_text)
+        turn.reply = self._new_reply(turn)
+        filler_at = None
+        if self._cfg.llm.filler_after_ms > 0:
+            user_end = turn.ledger.get(Mark.SPEECH_END) or turn.ledger.get(Mark.ENDPOINT) or self._clock()
+            filler_at = user_end + self._cfg.llm.filler_after_ms * 1_000_000
+        await turn.reply.run(messages, prefetched, filler_at_ns=filler_at)
+
+    def _new_reply(self, turn: _Turn) -> Reply:
+        speaker = ReplySpeaker(
+            turn.turn_id,
+            self._transport,
+            functools.partial(self._reference_sent, turn.turn_id),
+            functools.partial(self._reference_cleared, turn.turn_id),
+        )
+        return Reply(
+            turn.turn_id,
+            self._engines,
+            self._cfg,
+            self._transport,
+            self._clock,
+            functools.partial(self._mark, turn),
+            speaker,
+            self._phrases,
+            self._sleep_until,
+        )
+
+    def _failed(self, turn: _Turn, exc: BaseException) -> None:
+        """A stage raised during the turn: report it (the turn then apologizes and ends)."""
+        stage = (turn.reply.failed_stage or "reply") if turn.reply is not None else "asr"
+        if isinstance(exc, EngineError):
+            log.warning("turn %d failed in %s: %s", turn.turn_id, stage, exc)
+            message, retryable = str(exc), exc.retryable
+        else:  # a bug or an engine's own exception: still this turn's problem only
+            log.error("turn %d failed in %s", turn.turn_id, stage, exc_info=exc)
+            message, retryable = f"internal error in {stage}: {type(exc).__name__}", False
+        turn.failed = turn.ledger.failed = stage
+        self._transport.emit(ev.TurnFailed(turn.turn_id, self._clock(), stage, message, retryable))
 
     def _decide_spoken_over(self, turn: _Turn) -> bool:
         """For an utterance spoken over a reply: was it a real interruption? True = reply to it."""
@@ -487,8 +545,7 @@ class Session:
         self._mark(turn, Mark.TURN_END, self._clock())
         reply = turn.reply
         played = min(self._transport.played_samples(turn.turn_id), reply.speaker.total) if reply else 0
-        clauses = reply.clauses if reply else []
-        heard = heard_text(clauses, played) if turn.interrupted else " ".join(c.text for c in clauses)
+        heard = reply.heard(played, turn.interrupted) if reply else ""
         if reply is not None:
             turn.ledger.llm_tokens = reply.llm_tokens
             turn.ledger.audio_synthesized_s = reply.audio_synthesized_s
@@ -501,9 +558,7 @@ class Session:
         )
         self.ledger.add(record)
         if turn.user_text and record.interruption in (None, str(InterruptionKind.WORDS)):
-            self.history.append(ChatMessage("user", turn.user_text))
-            if heard:
-                self.history.append(ChatMessage("assistant", heard + ("..." if turn.interrupted else "")))
+            self._remember(turn, heard)
         self._turns.reply_finished(turn.turn_id)
         self._replies.pop(turn.turn_id, None)
         if not self._replies:
@@ -514,6 +569,36 @@ class Session:
             self._idle.set()
         self._transport.emit(ev.TurnCompleted(turn.turn_id, self._clock(), record))
         return record
+
+    def _remember(self, turn: _Turn, heard: str) -> None:
+        """Add the finished turn to the history (see the module docstring) and keep the
+        history within the token budget."""
+        if turn.failed is not None and not heard:
+            return  # nothing of the reply was said: as if the question was never asked
+        self.history.append(ChatMessage("user", turn.user_text))
+        if heard:
+            cut = turn.interrupted or turn.failed is not None
+            self.history.append(ChatMessage("assistant", heard + ("..." if cut else "")))
+        system = ChatMessage("system", self._cfg.llm.system_prompt)
+        self.history = fit_history(self.history, self._cfg.llm.history_max_tokens - message_tokens(system))
+        self._history_version += 1
+
+    def _prepare_phrases(self) -> None:
+        """Synthesize the filler in the background, so it costs nothing when it is needed.
+        (The apology is synthesized when first needed: failures are not the fast path.)"""
+        self._phrases_prepared = True
+        text = self._cfg.llm.filler_text
+        if self._cfg.llm.filler_after_ms > 0 and text:
+            self._spawn(self._prepare_phrase(text), "prepare-filler")
+
+    async def _prepare_phrase(self, text: str) -> None:
+        try:
+            await self._phrases.get(text)
+        except Exception:
+            log.warning("cannot synthesize %r", text, exc_info=True)
+
+    async def _real_sleep_until(self, t_ns: int) -> None:
+        await asyncio.sleep(max(0.0, (t_ns - self._clock()) / 1e9))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -544,3 +629,9 @@ class Session:
             await self._user.transcriber.aclose()
         while self._tasks:  # close-asr tasks spawned by replies finishing during the gather
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

@@ -108,13 +108,26 @@ class VoiceServer:
     # ------------------------------------------------------------ plain HTTP
 
     def health(self) -> dict[str, Any]:
-        return {
-            "status": "stopping" if self._stopping else "ok",
+        """``status``: "ok"; "degraded" (still HTTP 200) while the LLM is failing, with a
+        ``reason``; "stopping" (503) during shutdown. ``llm`` has the LLM's health."""
+        llm = self._engines.llm.health()
+        status = "stopping" if self._stopping else "ok" if llm.ok else "degraded"
+        body: dict[str, Any] = {
+            "status": status,
             "protocol_version": PROTOCOL_VERSION,
             "sessions_active": len(self.connections),
             "max_sessions": self._scfg.max_sessions,
             "uptime_s": round((self._clock() - self._started_ns) / 1e9, 1),
+            "llm": {
+                "ok": llm.ok,
+                "reason": llm.reason,
+                "failures": llm.failures,
+                "retry_in_s": llm.retry_in_s,
+            },
         }
+        if not llm.ok:
+            body["reason"] = f"llm: {llm.reason}"
+        return body
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request_path(request.path)
