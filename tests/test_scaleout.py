@@ -133,6 +133,12 @@ def test_the_command_prints_the_rendered_config() -> None:
     assert bad.returncode == 2 and "expected host:port" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_the_documented_config_is_the_rendered_one() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "deployment.md").read_text()
+    block = doc.split("```nginx\n", 1)[1].split("```", 1)[0]
+    assert block == render_site(SITE)  # `... --listen 8080 --site`, as the doc says
+
+
 def _nginx() -> str:
     exe = nginx_exe()
     if exe is None:
