@@ -10,7 +10,7 @@ Threads: the forward passes run in the spawned child, whose OpenMP/torch thread
 count comes from ``OMP_NUM_THREADS`` *in the environment at spawn time*
 (``VLLM_CPU_OMP_THREADS_BIND`` is only read by the multiprocess executor, and
 ``torch.set_num_threads`` in this process does not reach the child). So, unless
-the user set ``OMP_NUM_THREADS`` themselves, it is set to :data:`ENGINE_THREADS`
+the user set ``OMP_NUM_THREADS`` themselves, it is set to ``llm.threads`` (0 = :data:`ENGINE_THREADS`)
 while the engine is being created and restored afterwards, which leaves this
 process's own threads alone. Note that vLLM's CPU worker replaces
 ``torch.set_num_threads`` by a no-op in the process it runs in (the child here).
@@ -42,8 +42,8 @@ from voice_pipeline.errors import EngineError, MissingPackageError, ModelError
 
 log = logging.getLogger(__name__)
 
-#: OpenMP threads of the engine process when OMP_NUM_THREADS is not set by the user.
-#: Measured on 2 shared cores: 1 thread gives the steadiest decode while ASR/TTS also run.
+#: OpenMP threads of the engine process when neither ``llm.threads`` nor OMP_NUM_THREADS
+#: is set. Measured on 2 shared cores: see README "Thread budgets".
 ENGINE_THREADS = 1
 
 _ENV_DEFAULTS = {
@@ -57,12 +57,12 @@ _ENV_DEFAULTS = {
 
 
 @contextlib.contextmanager
-def _engine_threads_env() -> Iterator[None]:
+def _engine_threads_env(threads: int = 0) -> Iterator[None]:
     """Set OMP_NUM_THREADS for the spawned engine process only (unless the user set it)."""
     if "OMP_NUM_THREADS" in os.environ:
         yield
         return
-    os.environ["OMP_NUM_THREADS"] = str(ENGINE_THREADS)
+    os.environ["OMP_NUM_THREADS"] = str(threads or ENGINE_THREADS)
     try:
         yield
     finally:
@@ -109,7 +109,7 @@ class VLLMEngine:
         log.info("starting vLLM engine on %s (takes ~13 s on CPU)", model_dir.name)
         start = time.monotonic()
         try:
-            with _engine_threads_env():
+            with _engine_threads_env(cfg.threads):
                 self._engine: Any = AsyncLLM.from_engine_args(args)
         except Exception as exc:
             raise ModelError(f"vLLM failed to load {model_dir}: {exc}") from exc
