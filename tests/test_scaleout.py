@@ -10,8 +10,10 @@ them, every turn got a reply, and the workers stop cleanly on SIGTERM.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -22,6 +24,10 @@ import pytest
 from cluster import Nginx, Worker, nginx_exe, nginx_proxy, start_worker
 from procs import ProcessFailed
 from speech import espeak, normalize, word_error_rate
+from websockets.http11 import Request, Response
+from websockets.sync.client import ClientConnection, connect
+from websockets.sync.server import ServerConnection, serve
+from websockets.typing import Origin
 from wsclient import voice_client
 
 from voice_pipeline.deploy.nginx import ACCESS_LOG, NginxSite, render_site, render_standalone
@@ -162,6 +168,90 @@ def test_nginx_accepts_both_forms_of_the_config(tmp_path: Path) -> None:
         )
         assert out.returncode == 0, out.stderr
         assert "test is successful" in out.stderr
+
+
+# ---------------------------------------------------------------- nginx itself, with stand-in workers
+
+
+class StandIn:
+    """A WebSocket server in a thread standing in for a worker: it records each upgrade
+    request's headers, says its name, and holds the connection until the client closes."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.requests: list[Request] = []
+        self.server = serve(self._handle, "127.0.0.1", 0, process_request=self._http, compression=None)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server.socket.getsockname()[1]}"
+
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        return connection.respond(200, "ok\n") if request.path == "/healthz" else None
+
+    def _handle(self, ws: ServerConnection) -> None:
+        assert ws.request is not None
+        self.requests.append(ws.request)
+        ws.send(self.name)
+        for _ in ws:
+            pass
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nginx, list[StandIn]]]:
+    workers = [StandIn("a"), StandIn("b")]
+    try:
+        with nginx_proxy([w.address for w in workers], tmp_path_factory.mktemp("nginx-stand-ins")) as nginx:
+            yield nginx, workers
+    except ProcessFailed as exc:
+        pytest.fail(str(exc))
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+def test_the_worker_gets_the_upgrade_the_host_and_the_client_address(
+    stand_ins: tuple[Nginx, list[StandIn]],
+) -> None:
+    nginx, workers = stand_ins
+    origin = nginx.http_url
+    spoofed = {"X-Forwarded-For": "203.0.113.7"}  # a client's claim: nginx appends the real peer
+    with connect(nginx.ws_url + "?token=t", origin=Origin(origin), additional_headers=spoofed) as ws:
+        name = ws.recv(timeout=10)
+    request = next(w for w in workers if w.name == name).requests[-1]
+    assert request.path == "/ws?token=t"  # the query (a session token) passes unchanged
+    headers = request.headers
+    assert headers["Upgrade"].lower() == "websocket" and "upgrade" in headers["Connection"].lower()
+    assert headers["Host"] == f"127.0.0.1:{nginx.port}"  # the port kept: Origin checks match
+    assert headers["Origin"] == origin
+    assert headers["X-Forwarded-For"] == "203.0.113.7, 127.0.0.1"  # right-most = nginx's peer
+    assert headers["X-Real-IP"] == "127.0.0.1"
+    assert headers["X-Forwarded-Proto"] == "http"
+
+
+def test_new_sessions_go_to_the_worker_with_the_fewest_open_ones(
+    stand_ins: tuple[Nginx, list[StandIn]],
+) -> None:
+    nginx, _ = stand_ins
+    with contextlib.ExitStack() as stack:
+
+        def open_session() -> tuple[str, ClientConnection]:
+            ws = stack.enter_context(connect(nginx.ws_url))
+            return str(ws.recv(timeout=10)), ws
+
+        held = [open_session() for _ in range(4)]
+        assert sorted(name for name, _ in held) == ["a", "a", "b", "b"]  # ties: in turn
+        for name, ws in held:
+            if name == "a":
+                ws.close()
+        # b still holds two sessions, a none: the next two both go to a
+        assert [open_session()[0] for _ in range(2)] == ["a", "a"]
 
 
 # ---------------------------------------------------------------- two workers behind nginx
