@@ -170,7 +170,14 @@ async def run_audio(
     frame = rate * cfg.audio.frame_ms // 1000
     t0 = now_ns()
     clock = MediaClock(realtime, rate, t0)
-    transport = FileTransport(out_rate, clock, on_event)
+    completed: list[TurnRecord] = []  # every turn (the session's ledger keeps only the latest)
+
+    def observe(event: ev.Event) -> None:
+        if isinstance(event, ev.TurnCompleted):
+            completed.append(event.record)
+        on_event(event)
+
+    transport = FileTransport(out_rate, clock, observe)
     session = Session(engines, cfg, transport)
     tail = np.zeros(frame, dtype=np.float32)
     room = _Room(echo, transport.playout, out_rate, rate) if echo is not None and realtime else None
@@ -201,7 +208,7 @@ async def run_audio(
         await session.wait_idle()
     finally:
         await session.aclose()
-    records = tuple(session.ledger.records)
+    records = tuple(completed)
     turns = [r.as_dict(timeline={k: clock.seconds(v) * 1000 for k, v in r.marks_ns.items()}) for r in records]
     out_len = round(len(audio) / rate * out_rate)
     return RunResult(
