@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from typing import Any, TextIO
 import numpy as np
 from numpy.typing import NDArray
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from clients.audio_io import FRAME_MS, wire_rate
 from clients.talkview import Line, Status, TurnView
@@ -41,6 +42,7 @@ from voice_pipeline.errors import VoicePipelineError
 from voice_pipeline.tasks import cancel_and_wait
 
 DEFAULT_URL = "ws://127.0.0.1:8765/ws"
+TOKEN_ENV = "VOICE_PIPELINE_TOKEN"
 Msg = dict[str, Any]
 
 
@@ -71,10 +73,19 @@ class TalkOptions:
     list_devices: bool = False
     mic_file: Path | None = None
     timeout_s: float = 120.0
+    #: sent as ``Authorization: Bearer <token>`` (the server's ``--token``)
+    token: str | None = None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=DEFAULT_URL, help="the server's WebSocket URL (default: %(default)s)")
+    p.add_argument(
+        "--url", default=DEFAULT_URL, help="the server's WebSocket URL (default: %(default)s; wss:// for TLS)"
+    )
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help=f"the server's token, sent as 'Authorization: Bearer TOKEN' (default: ${TOKEN_ENV})",
+    )
     p.add_argument("--input", "-i", type=Path, metavar="FILE.wav", help="headless: say FILE as one utterance")
     p.add_argument("--output", "-o", type=Path, metavar="FILE.wav", help="headless: save the reply audio")
     p.add_argument("--json", action="store_true", help="headless: print the events as JSON lines")
@@ -98,6 +109,7 @@ def options(args: argparse.Namespace) -> TalkOptions:
         list_devices=args.list_devices,
         mic_file=args.mic_file,
         timeout_s=args.timeout,
+        token=args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None,
     )
 
 
@@ -105,13 +117,20 @@ def options(args: argparse.Namespace) -> TalkOptions:
 
 
 async def open_session(
-    url: str, sample_rate: int, output_rate: int, *, reports: bool
+    url: str, sample_rate: int, output_rate: int, *, reports: bool, token: str | None = None
 ) -> tuple[ClientConnection, Msg]:
     """Connect and start a session; the connection and the ``ready`` event."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        ws = await connect(url, compression=None, max_size=None, open_timeout=10)
+        ws = await connect(url, compression=None, max_size=None, open_timeout=10, additional_headers=headers)
     except InvalidURI as exc:
         raise TalkError(f"not a WebSocket URL: {url}") from exc
+    except InvalidStatus as exc:
+        status = exc.response.status_code
+        hint = {401: " (wrong or missing --token)", 429: " (too many new sessions; try again later)"}
+        raise ServerRefusedError(
+            f"server at {url} refused the connection: HTTP {status}{hint.get(status, '')}"
+        ) from exc
     except InvalidHandshake as exc:
         raise ServerRefusedError(f"server at {url} refused the connection: {exc}") from exc
     except (OSError, TimeoutError) as exc:
@@ -210,7 +229,7 @@ async def run_headless(opts: TalkOptions, out: TextIO, err: TextIO) -> int:
     audio, file_rate = read_audio(opts.input)
     rate = wire_rate(file_rate)
     audio = resample(audio, file_rate, rate)
-    ws, ready = await open_session(opts.url, rate, rate, reports=False)
+    ws, ready = await open_session(opts.url, rate, rate, reports=False, token=opts.token)
     view = TurnView(ready.get("budgets", {}), colour=False)
     result = HeadlessResult(events=[ready], audio=[])
     if opts.json:

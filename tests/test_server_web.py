@@ -1,4 +1,5 @@
-"""Static files (no way out of the folder), content types and the Origin rule (pure)."""
+"""Static files (no way out of the folder), content types, the Origin rule and the /ws
+token rule (pure)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from voice_pipeline.server.web import (
     content_type,
     default_static_dir,
     origin_allowed,
+    rate_limited_response,
+    request_token,
     resolve_static,
     static_response,
+    token_ok,
+    unauthorized_response,
 )
 
 
@@ -27,7 +32,14 @@ def root(tmp_path: Path) -> Path:
     (static / "sub" / "a b.css").write_text("x")
     (static / ".secret").write_text("hidden")
     (tmp_path / "outside.txt").write_text("secret")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "index.html").write_text("secret page")
+    (tmp_path / "elsewhere" / "key.pem").write_text("secret key")
+    (static / "%2e%2e").mkdir()  # a folder literally named like an encoded ".."
+    (static / "%2e%2e" / "ok.txt").write_text("literal")
     os.symlink(tmp_path / "outside.txt", static / "link.txt")
+    os.symlink(tmp_path / "elsewhere", static / "linkdir")  # a symlinked folder pointing outside
+    os.symlink("/etc", static / "etc")
     return static
 
 
@@ -42,6 +54,7 @@ def root(tmp_path: Path) -> Path:
         ("/sub/", "sub/index.html"),
         ("/sub", "sub/index.html"),
         ("/sub/a%20b.css", "sub/a b.css"),
+        ("/%252e%252e/ok.txt", "%2e%2e/ok.txt"),  # decoded once: a literal name, still inside
     ],
 )
 def test_files_inside_are_found(root: Path, target: str, name: str) -> None:
@@ -62,6 +75,25 @@ def test_files_inside_are_found(root: Path, target: str, name: str) -> None:
         "/./index.html",
         "/.secret",
         "/link.txt",  # a symlink pointing outside
+        "/linkdir/",  # a symlinked folder pointing outside
+        "/linkdir/index.html",
+        "/linkdir/key.pem",
+        "/etc/passwd",
+        "/etc/hostname",
+        "/%252e%252e/outside.txt",  # double-encoded ../ (decoded once: no traversal)
+        "/%252e%252e/%252e%252e/outside.txt",
+        "/%25252e%25252e/outside.txt",  # triple-encoded
+        "/..%252foutside.txt",
+        "/.%2e/outside.txt",
+        "/%2e./outside.txt",
+        "/sub/..;/outside.txt",
+        "/%c0%ae%c0%ae/outside.txt",  # overlong UTF-8 dots: not valid UTF-8
+        "/%2fetc/passwd",  # an encoded leading slash: still relative to the folder
+        "//etc/passwd",
+        "/%2F%2Fetc%2Fpasswd",
+        "/..%5c..%5coutside.txt",
+        "/sub%00/index.html",
+        "http://evil.example/../outside.txt",  # absolute-form target
         "/index.html%00.js",
         "/%ff",
         "/nope.html",
@@ -142,3 +174,65 @@ def test_origin_rule(
 )
 def test_loopback_hosts(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/%252e%252e/%252e%252e/etc/passwd", "/etc/passwd"],
+)
+def test_the_bundled_folder_never_serves_system_files(target: str) -> None:
+    assert resolve_static(default_static_dir(), target) is None
+    assert static_response(default_static_dir(), target).status_code == 404
+
+
+def test_static_responses_send_no_referrer(root: Path) -> None:
+    # the demo page may be opened as /?token=...: its requests must not carry that URL anywhere
+    assert static_response(root, "/?token=abc").headers["Referrer-Policy"] == "no-referrer"
+
+
+@pytest.mark.parametrize(
+    ("authorization", "target", "token"),
+    [
+        (None, "/ws", None),
+        ("Bearer s3cret", "/ws", "s3cret"),
+        ("bearer  s3cret ", "/ws", "s3cret"),
+        ("BEARER s3cret", "/ws?token=other", "s3cret"),  # the header wins
+        ("Basic dXNlcjpwYXNz", "/ws?token=s3cret", ""),  # another scheme: matches nothing
+        ("Bearer", "/ws", ""),
+        (None, "/ws?token=s3cret", "s3cret"),
+        (None, "/ws?a=1&token=s%2Fc%20r", "s/c r"),
+        (None, "/ws?token=a&token=b", "b"),
+        (None, "/ws?token=", None),
+        (None, "/ws#token=s3cret", None),
+        (None, "/ws?tok=s3cret", None),
+        (None, "/ws?token=%ff", "\ufffd"),
+    ],
+)
+def test_request_token(authorization: str | None, target: str, token: str | None) -> None:
+    assert request_token(authorization, target) == token
+
+
+@pytest.mark.parametrize(
+    ("given", "expected", "ok"),
+    [
+        (None, None, True),  # no token configured
+        ("anything", None, True),
+        (None, "", True),
+        (None, "s3cret", False),
+        ("", "s3cret", False),
+        ("s3cre", "s3cret", False),
+        ("s3cret ", "s3cret", False),
+        ("S3CRET", "s3cret", False),
+        ("s3cret", "s3cret", True),
+        ("pässwörd", "pässwörd", True),
+    ],
+)
+def test_token_check(given: str | None, expected: str | None, ok: bool) -> None:
+    assert token_ok(given, expected) is ok
+
+
+def test_refusal_responses() -> None:
+    r = unauthorized_response()
+    assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+    r = rate_limited_response(17)
+    assert r.status_code == 429 and r.headers["Retry-After"] == "17"

@@ -171,7 +171,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--audiosocket-port",
         type=int,
         metavar="N",
-        help="also accept Asterisk AudioSocket calls on TCP port N (dialplan: AudioSocket(uuid,host:N))",
+        help="also accept Asterisk AudioSocket calls on TCP port N (dialplan: AudioSocket(uuid,host:N)); "
+        "plain TCP, from server.audiosocket_allowed_peers only (default: this machine)",
+    )
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=os.environ.get("VOICE_PIPELINE_TOKEN"),
+        help="require this token on /ws (Authorization: Bearer TOKEN, or ?token=TOKEN; the demo page "
+        "passes on the token of its own URL, /?token=TOKEN); default: $VOICE_PIPELINE_TOKEN (SECURITY.md)",
+    )
+    p.add_argument("--certfile", metavar="PEM", help="serve https:// and wss:// with this certificate chain")
+    p.add_argument("--keyfile", metavar="PEM", help="the private key of --certfile")
+    p.add_argument(
+        "--rate-limit",
+        type=int,
+        metavar="N",
+        help="new sessions one client address may open per minute; more get HTTP 429 (default: 30; 0 = off)",
     )
     _add_config_args(p)
 
@@ -250,16 +266,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
     from voice_pipeline.config import validate_server
+    from voice_pipeline.server.app import server_ssl_context
 
     server = cfg.server
     flags = (("host", "host"), ("port", "port"), ("max_sessions", "max_sessions"))
-    for flag, key in (*flags, ("audiosocket_port", "audiosocket_port")):
+    security = (("token", "auth_token"), ("certfile", "certfile"), ("keyfile", "keyfile"))
+    for flag, key in (
+        *flags,
+        ("audiosocket_port", "audiosocket_port"),
+        *security,
+        ("rate_limit", "max_new_sessions_per_ip_per_min"),
+    ):
         value = getattr(args, flag)
         if value is not None:
             server = dataclasses.replace(server, **{key: value})
     if args.allow_origin:
         server = dataclasses.replace(server, allowed_origins=tuple(args.allow_origin))
     validate_server(server)
+    server_ssl_context(server)  # a bad certificate fails now, before any model loads
     return dataclasses.replace(cfg, server=server)
 
 
@@ -281,7 +305,7 @@ async def _start_audiosocket(engines: Engines, cfg: Config) -> AudioSocketServer
 def cmd_serve(args: argparse.Namespace) -> int:
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import prepare_models
-    from voice_pipeline.server.app import VoiceServer, is_loopback
+    from voice_pipeline.server.app import VoiceServer, exposure_warnings, is_loopback
 
     cfg = _server_config(args, _config(args))
     paths = prepare_models(cfg, progress=_stderr)
@@ -306,11 +330,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
             print(f"voice-pipeline: open {server.url} in a browser (Ctrl-C stops)", flush=True)
-            if not is_loopback(cfg.server.host):
+            if not is_loopback(cfg.server.host) and cfg.server.certfile is None:
                 _stderr(
                     "note: browsers only allow the microphone on https:// or on localhost; "
                     "from other machines put the server behind TLS"
                 )
+            for warning in exposure_warnings(cfg.server):
+                _stderr(f"warning: {warning}")
+            if cfg.server.auth_token:
+                _stderr(f"note: /ws requires the token; in a browser open {server.url}?token=<the token>")
             try:
                 await stop.wait()
             finally:

@@ -242,13 +242,18 @@ class ServerConfig:
     audiosocket_port: int | None = None
     #: AudioSocket peers allowed to connect (addresses or CIDR networks)
     audiosocket_allowed_peers: tuple[str, ...] = ("127.0.0.1/32", "::1/128")
-    #: /ws: if set, a client must send ``Authorization: Bearer <token>`` (or ``?token=``)
+    #: /ws: if set, a client must send ``Authorization: Bearer <token>`` (or ``?token=``),
+    #: else HTTP 401 at the handshake (compared in constant time; never logged)
     auth_token: str | None = None
-    #: serve https/wss with this certificate chain and private key (PEM)
+    #: serve https/wss with this certificate chain and private key (PEM); the AudioSocket
+    #: listener stays plain TCP
     certfile: str | None = None
     keyfile: str | None = None
-    #: new sessions one client address may open per minute (0 = no limit)
+    #: new sessions (/ws and /twilio) one client address (IPv6: its /64) may open per minute
+    #: (0 = no limit); more are refused with HTTP 429 at the handshake
     max_new_sessions_per_ip_per_min: int = 30
+    #: reverse proxies (addresses or CIDR networks) whose X-Forwarded-For names the client
+    trusted_proxies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,9 +440,9 @@ def validate_server(s: ServerConfig) -> None:
         raise ConfigError("server.max_new_sessions_per_ip_per_min: must be >= 0 (0 = no limit)")
     if (s.certfile is None) != (s.keyfile is None):
         raise ConfigError("server: certfile and keyfile go together (TLS needs both)")
-    for peer in s.audiosocket_allowed_peers:
-        try:
-            ipaddress.ip_network(peer, strict=False)
-        except ValueError:
-            msg = f"server.audiosocket_allowed_peers: {peer!r} is not an address or network"
-            raise ConfigError(msg) from None
+    for name in ("audiosocket_allowed_peers", "trusted_proxies"):
+        for peer in getattr(s, name):
+            try:
+                ipaddress.ip_network(peer, strict=False)
+            except ValueError:
+                raise ConfigError(f"server.{name}: {peer!r} is not an address or network") from None

@@ -16,10 +16,25 @@
 //
 // URL parameters: `?ws=ws://host:port/ws` talks to another server; `?aec=0`,
 // `?ns=0`, `?agc=0` turn a microphone processing step off (diagnosis only).
+// `?token=T` (a server started with --token): passed on to /ws as `?token=T`
+// (a browser cannot set headers on a WebSocket), then removed from the address bar.
 // For tests and the curious, live counters are on `window.demo`.
 
 import { fmtMs, normalizeBudgets, renderWaterfall, TOTAL } from "./waterfall.js";
 
+// The page's `?token=`, kept in memory only: the address bar (and history) lose it.
+function takeToken() {
+  const params = new URLSearchParams(location.search);
+  const token = params.get("token");
+  if (token !== null) {
+    params.delete("token");
+    const query = params.toString();
+    history.replaceState(null, "", `${location.pathname}${query ? `?${query}` : ""}${location.hash}`);
+  }
+  return token;
+}
+
+const TOKEN = takeToken();
 const INPUT_RATE_HZ = 16000;
 const FRAME_MS = 20;
 const PLAYBACK_REPORT_MS = 100;
@@ -410,7 +425,8 @@ class Session {
   connect() {
     setState("connecting");
     const params = new URLSearchParams(location.search);
-    const url = params.get("ws") || `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
+    let url = params.get("ws") || `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
+    if (TOKEN) url += `${url.includes("?") ? "&" : "?"}token=${encodeURIComponent(TOKEN)}`;
     const ws = new WebSocket(url);
     ws.binaryType = "arraybuffer";
     this.ws = ws;

@@ -4,9 +4,16 @@ Routes: ``/ws`` (the voice session, docs/protocol.md), ``/healthz`` (JSON),
 ``/metrics`` (Prometheus text), anything else a file of the static folder (the
 demo page). The engines are loaded once by the caller and shared; every
 connection gets its own :class:`~voice_pipeline.server.connection.VoiceConnection`
-and session. Admission, in order: the Origin must be allowed (else close 1008),
-the server must not be stopping (1001), and fewer than ``max_sessions`` may be
-connected (else 1013); those already connected are never affected.
+and session. Admission, in order: at the HTTP handshake, the client address
+(:mod:`.ratelimit`) must not have opened ``max_new_sessions_per_ip_per_min``
+sessions in the last minute (else HTTP 429) and, on ``/ws`` with
+``auth_token`` set, the token must match (else HTTP 401); then the Origin must
+be allowed (else close 1008), the server must not be stopping (1001), and fewer
+than ``max_sessions`` may be connected (else 1013); those already connected
+are never affected. With ``certfile``/``keyfile`` it serves https/wss.
+
+websockets' own DEBUG logging is never enabled on this server: it would write
+request headers and URLs (the token) and frame contents (audio) to the log.
 
 :meth:`VoiceServer.aclose` stops accepting, closes every connection with 1001,
 waits for each session's ``aclose()`` and returns; closing the engines is the
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,18 +34,24 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from voice_pipeline.clock import now_ns
-from voice_pipeline.config import Config
+from voice_pipeline.config import Config, ServerConfig
 from voice_pipeline.engines import Engines
+from voice_pipeline.errors import ConfigError
 from voice_pipeline.server.connection import VoiceConnection
 from voice_pipeline.server.metrics import CONTENT_TYPE, ServerMetrics
 from voice_pipeline.server.protocol import PROTOCOL_VERSION
+from voice_pipeline.server.ratelimit import RateLimiter, client_address, client_key, parse_networks
 from voice_pipeline.server.web import (
     default_static_dir,
     json_response,
     origin_allowed,
+    rate_limited_response,
     request_path,
+    request_token,
     response,
     static_response,
+    token_ok,
+    unauthorized_response,
 )
 from voice_pipeline.telephony.twilio_connection import TwilioConnection
 
@@ -57,6 +71,45 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def server_ssl_context(s: ServerConfig) -> ssl.SSLContext | None:
+    """TLS (TLS 1.2 or later) from ``certfile``/``keyfile``, or None; ConfigError if unusable."""
+    if s.certfile is None or s.keyfile is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(s.certfile, s.keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"server.certfile/keyfile: cannot load {s.certfile} / {s.keyfile}: {exc}") from exc
+    return ctx
+
+
+def exposure_warnings(s: ServerConfig) -> list[str]:
+    """What ``serve`` warns about when other machines can reach it."""
+    if is_loopback(s.host):
+        return []
+    out = []
+    if not s.auth_token:
+        out.append(
+            f"{s.host} is reachable from other machines and no token is set (--token): "
+            "anyone who can reach the port can talk to the assistant and use this machine's CPU"
+        )
+    if s.certfile is None:
+        out.append(
+            f"{s.host} is reachable from other machines without TLS (--certfile/--keyfile): "
+            "audio, transcripts and any token cross the network unencrypted"
+        )
+    return out
+
+
+class _WireLogger(logging.LoggerAdapter[logging.Logger]):
+    """websockets' logger without DEBUG: its debug lines carry request headers and URLs
+    (a bearer or ``?token=`` token) and the first bytes of every frame (audio)."""
+
+    def isEnabledFor(self, level: int) -> bool:
+        return level > logging.DEBUG and self.logger.isEnabledFor(level)
+
+
 class VoiceServer:
     def __init__(self, engines: Engines, cfg: Config, *, clock: Callable[[], int] = now_ns) -> None:
         self._engines = engines
@@ -70,6 +123,9 @@ class VoiceServer:
         self._started_ns = clock()
         self._stopping = False
         self._loopback_only = is_loopback(self._scfg.host)
+        self._ssl = server_ssl_context(self._scfg)
+        self._limiter = RateLimiter(self._scfg.max_new_sessions_per_ip_per_min)
+        self._trusted_proxies = parse_networks(self._scfg.trusted_proxies)
 
     @property
     def max_message_bytes(self) -> int:
@@ -83,6 +139,8 @@ class VoiceServer:
             self._handle,
             s.host,
             s.port,
+            ssl=self._ssl,
+            logger=_WireLogger(logging.getLogger("websockets.server"), {}),
             process_request=self._process_request,
             max_size=self.max_message_bytes,
             ping_interval=s.ping_interval_s or None,
@@ -103,7 +161,7 @@ class VoiceServer:
             host = "127.0.0.1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port}/"
+        return f"{'https' if self._ssl else 'http'}://{host}:{self.port}/"
 
     # ------------------------------------------------------------ plain HTTP
 
@@ -132,12 +190,30 @@ class VoiceServer:
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request_path(request.path)
         if path in (WS_PATH, TWILIO_PATH):
-            return None  # the WebSocket handshake; admission is decided in _handle
+            return self._admit(connection, request, path)  # the rest of admission is in _handle
         if path == "/healthz":
             return json_response(503 if self._stopping else 200, self.health())
         if path == "/metrics":
             return response(200, self.metrics.render().encode(), CONTENT_TYPE)
         return static_response(self.static_dir, request.path)
+
+    def _admit(self, connection: ServerConnection, request: Request, path: str) -> Response | None:
+        """At the handshake: the per-address rate limit, then the /ws token. None = go on."""
+        peer = str(connection.remote_address[0]) if connection.remote_address else ""
+        forwarded = ",".join(request.headers.get_all("X-Forwarded-For")) or None
+        client = client_address(peer, forwarded, self._trusted_proxies)
+        admission = self._limiter.admit(client_key(client), self._clock())
+        if not admission.allowed:
+            self.metrics.session_refused("rate")
+            log.warning("refused a new session from %s: rate limited", client)
+            return rate_limited_response(admission.retry_after_s)
+        if path == WS_PATH:
+            given = request_token(request.headers.get("Authorization"), request.path)
+            if not token_ok(given, self._scfg.auth_token):
+                self.metrics.session_refused("auth")
+                log.warning("refused a session from %s: %s token", client, "no" if given is None else "bad")
+                return unauthorized_response()
+        return None
 
     # ------------------------------------------------------------ voice sessions
 

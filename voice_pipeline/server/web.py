@@ -3,18 +3,24 @@
 :func:`resolve_static` maps a request path to a file inside the static folder or
 to nothing: the path is percent-decoded once, and any ``.``/``..`` segment, any
 hidden (dot) name, backslash or NUL, and anything that resolves (symlinks
-included) outside the folder is not found.
+included) outside the folder is not found. A double-encoded ``%252e%252e`` decodes
+once to the literal name ``%2e%2e``, which is looked up as such (and not found).
+
+:func:`request_token` and :func:`token_ok` are the ``/ws`` bearer-token rule
+(``server.auth_token``); :func:`origin_allowed` the Origin rule.
 """
 
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import http
 import json
+import secrets
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
@@ -85,6 +91,7 @@ def response(status: int, body: bytes, ctype: str, extra: dict[str, str] | None 
             ("Content-Type", ctype),
             ("Cache-Control", "no-cache"),
             ("X-Content-Type-Options", "nosniff"),
+            ("Referrer-Policy", "no-referrer"),  # a page opened as /?token=... leaks it nowhere
         ]
     )
     for key, value in (extra or {}).items():
@@ -134,3 +141,53 @@ def origin_allowed(
     if parts.scheme not in ("http", "https") or parts.netloc.lower() != host.lower():
         return False
     return not loopback_only or (parts.hostname or "") in LOOPBACK_NAMES
+
+
+TOKEN_PARAMETER = "token"
+
+
+def request_token(authorization: str | None, target: str) -> str | None:
+    """The token a WebSocket handshake carries, or None.
+
+    ``Authorization: Bearer <token>`` if that header is present (another scheme
+    gives ``""``, which matches no token), else the ``token`` query parameter of
+    the request target (browsers cannot set headers on a WebSocket).
+    """
+    if authorization is not None:
+        scheme, _, value = authorization.strip().partition(" ")
+        return value.strip() if scheme.lower() == "bearer" else ""
+    query = target.split("#", 1)[0].partition("?")[2]
+    values = parse_qs(query, errors="replace").get(TOKEN_PARAMETER)
+    return values[-1] if values else None
+
+
+def token_ok(given: str | None, expected: str | None) -> bool:
+    """Does ``given`` match the configured token (None/empty = no token needed)?
+
+    Constant time: both are hashed first, so neither their contents nor their
+    lengths change how long the comparison takes.
+    """
+    if not expected:
+        return True
+    if given is None:
+        return False
+    digest = hashlib.sha256
+    return secrets.compare_digest(digest(given.encode()).digest(), digest(expected.encode()).digest())
+
+
+def unauthorized_response() -> Response:
+    return response(
+        401,
+        b"401 Unauthorized: a valid token is required\n",
+        "text/plain; charset=utf-8",
+        {"WWW-Authenticate": 'Bearer realm="voice-pipeline"'},
+    )
+
+
+def rate_limited_response(retry_after_s: int) -> Response:
+    return response(
+        429,
+        b"429 Too Many Requests: too many new sessions from your address\n",
+        "text/plain; charset=utf-8",
+        {"Retry-After": str(retry_after_s)},
+    )

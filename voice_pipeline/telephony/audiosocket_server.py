@@ -10,6 +10,11 @@ is estimated from when each frame was due to play, and a barge-in stops
 sending at once (the ``lead_ms`` already sent cannot be recalled and counts as
 heard). A hangup, an error frame, a frame that cannot be right (a lying
 length), EOF or ``idle_timeout_s`` without audio end the call and its session.
+
+AudioSocket has no authentication and no encryption: a peer outside
+``server.audiosocket_allowed_peers`` (default: loopback only) is disconnected
+before a byte is read, and only its address is logged. Keep the port on a
+trusted network (the TLS option of ``serve`` does not cover it).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from voice_pipeline.audio import input_resampler, to_float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
+from voice_pipeline.server.ratelimit import address_in, parse_networks
 from voice_pipeline.session import Session
 from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.telephony.audiosocket import (
@@ -199,6 +205,8 @@ class AudioSocketServer:
         self._server: asyncio.Server | None = None
         self.calls: set[asyncio.Task[None]] = set()
         self.sessions: list[Session] = []  # every session started (for inspection)
+        self._allowed_peers = parse_networks(cfg.server.audiosocket_allowed_peers)
+        self.refused_peers = 0
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self._host, self._port)
@@ -209,6 +217,15 @@ class AudioSocketServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not address_in(host, self._allowed_peers):
+            self.refused_peers += 1
+            log.warning("audiosocket: refused a connection from %s (not in audiosocket_allowed_peers)", host)
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+            return
         task = asyncio.current_task()
         assert task is not None
         self.calls.add(task)
