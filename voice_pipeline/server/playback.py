@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 _MAX_PENDING_CUTS = 8  # clears awaiting an acknowledgement
 _CUT_ACK_WAIT_NS = 5_000_000_000  # a clear not acknowledged by then never will be
+_KEEP_TURNS = 64  # played counts of folded chunks are kept for the latest turns only
 
 
 @dataclass(slots=True)
@@ -155,6 +156,8 @@ class ListenerTimeline:
             self._folded[first.turn_id] = self._folded.get(first.turn_id, 0) + first.length
             self._base += first.length
             self._chunks.pop(0)
+        while len(self._folded) > _KEEP_TURNS:  # a session of hours: forget the oldest turns
+            del self._folded[min(self._folded)]
 
     # ------------------------------------------------------------ queries
 

@@ -23,6 +23,7 @@ from voice_pipeline.server.protocol import audio_clear, audio_header, dumps, eve
 log = logging.getLogger(__name__)
 
 _MIN_WAIT_S = 0.01
+_KEEP_TURNS = 64  # per-turn bookkeeping kept for the latest turns only
 
 
 class WebSocketTransport:
@@ -70,6 +71,8 @@ class WebSocketTransport:
 
     def clear(self, turn_id: int) -> None:
         self._epoch[turn_id] = self._epoch.get(turn_id, 0) + 1
+        while len(self._epoch) > _KEEP_TURNS:  # bounded over a long session: the oldest turns go
+            del self._epoch[min(self._epoch)]
         self._out.drop_audio(turn_id)
         if turn_id in self._unflushed:  # a second clear with nothing sent since is not repeated
             self._unflushed.discard(turn_id)

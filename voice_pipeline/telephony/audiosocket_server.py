@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 
 FRAME_NS = 20_000_000
 FRAME_SAMPLES = FRAME_BYTES // 2
+_KEEP_TURNS = 64  # per-turn bookkeeping kept for the latest turns only
+_KEEP_SESSIONS = 64  # sessions kept for inspection (the latest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,10 @@ class AudioSocketTransport:
         self._due_ns = 0
         self._queued_pos: dict[int, int] = {}
         self._floor: dict[int, int] = {}  # turn -> samples certainly heard (sent before a clear)
-        self._log: dict[int, list[tuple[int, int]]] = {}  # turn -> (play end ns, position) sent
+        #: turn -> (play end ns, position) of frames sent and not yet played; played ones are
+        #: folded into ``_played`` (bounded however long the reply or the call)
+        self._log: dict[int, deque[tuple[int, int]]] = {}
+        self._played: dict[int, int] = {}  # turn -> position of the last frame played
         self._epoch: dict[int, int] = {}
         self._task: asyncio.Task[None] | None = None
         self.closed = False
@@ -133,16 +138,27 @@ class AudioSocketTransport:
     def clear(self, turn_id: int) -> None:
         self._epoch[turn_id] = self._epoch.get(turn_id, 0) + 1
         self._items = deque(f for f in self._items if f.turn_id != turn_id)
-        sent = max((p for _, p in self._log.pop(turn_id, [])), default=0)
+        sent = max((p for _, p in self._log.pop(turn_id, ())), default=0)
+        sent = max(sent, self._played.get(turn_id, 0))
         self._floor[turn_id] = max(self._floor.get(turn_id, 0), sent)  # cannot be recalled
         self._queued_pos[turn_id] = self._floor[turn_id]
         self._wake.set()
         self._changed.set()
 
     def played_samples(self, turn_id: int) -> int:
-        now = self._clock()
-        played = [p for t, p in self._log.get(turn_id, []) if t <= now]
-        return max([self._floor.get(turn_id, 0), *played])
+        self._fold(turn_id, self._clock())
+        return max(self._floor.get(turn_id, 0), self._played.get(turn_id, 0))
+
+    def _fold(self, turn_id: int, now: int) -> None:
+        """Frames of ``turn_id`` due to have played by ``now`` leave the log."""
+        log = self._log.get(turn_id)
+        while log and log[0][0] <= now:
+            self._played[turn_id] = max(self._played.get(turn_id, 0), log.popleft()[1])
+
+    def _forget_old_turns(self, turn_id: int) -> None:
+        for book in (self._queued_pos, self._floor, self._log, self._played, self._epoch):
+            for old in [t for t in book if t < turn_id - _KEEP_TURNS]:
+                del book[old]
 
     async def drain(self, turn_id: int) -> None:
         deadline: int | None = None
@@ -181,7 +197,9 @@ class AudioSocketTransport:
                 self._writer.write(frame(Kind.SLIN, item.pcm))
                 await self._writer.drain()
                 self._due_ns += FRAME_NS
-                self._log.setdefault(item.turn_id, []).append((self._due_ns, item.end))
+                self._log.setdefault(item.turn_id, deque()).append((self._due_ns, item.end))
+                self._fold(item.turn_id, self._clock())
+                self._forget_old_turns(item.turn_id)
                 self.frames_sent += 1
                 self._changed.set()
         except (ConnectionError, OSError) as exc:
@@ -204,7 +222,8 @@ class AudioSocketServer:
         self._clock = clock
         self._server: asyncio.Server | None = None
         self.calls: set[asyncio.Task[None]] = set()
-        self.sessions: list[Session] = []  # every session started (for inspection)
+        #: the latest sessions started (for inspection; bounded on a server that runs for weeks)
+        self.sessions: deque[Session] = deque(maxlen=_KEEP_SESSIONS)
         self._allowed_peers = parse_networks(cfg.server.audiosocket_allowed_peers)
         self.refused_peers = 0
 

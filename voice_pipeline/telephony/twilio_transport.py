@@ -37,6 +37,8 @@ from voice_pipeline.telephony.twilio import FRAME_BYTES, RATE_HZ, clear_message,
 log = logging.getLogger(__name__)
 
 FRAME_NS = 20_000_000
+_KEEP_TURNS = 64  # per-turn bookkeeping kept for the latest turns only
+_MAX_PENDING_MARKS = 512  # marks awaiting their echo (~100 s of audio); older ones are forgotten
 _SILENCE = 0xFF  # µ-law code of 0
 
 
@@ -208,6 +210,7 @@ class TwilioTransport:
                     case _Mark():
                         name = f"t{item.turn_id}-{next(self._names)}"
                         self._pending[name] = item
+                        self._forget(item.turn_id)
                         await self._send(mark_message(self.stream_sid, name))
                     case _Clear():
                         self._due_ns = self._clock()  # the far end's buffer is empty again
@@ -217,6 +220,14 @@ class TwilioTransport:
         finally:
             self.closed = True
             self._changed.set()
+
+    def _forget(self, turn_id: int) -> None:
+        """Bounded over a long call: marks the far end never echoed, turns long over."""
+        while len(self._pending) > _MAX_PENDING_MARKS:
+            del self._pending[next(iter(self._pending))]
+        for book in (self._queued_pos, self._acked, self._epoch):
+            for old in [t for t in book if t < turn_id - _KEEP_TURNS]:
+                del book[old]
 
     async def _wait_turn(self, item: _Frame) -> bool:
         """Sleep until ``item`` may be sent (at most ``lead`` ahead of playout); False = the
