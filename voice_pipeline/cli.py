@@ -35,6 +35,7 @@ streaming TTS (Piper), with a per-stage latency budget ledger.
   voice-pipeline run          answer the questions spoken in a WAV file
   voice-pipeline serve        talk to it from a browser (WebSocket server + demo page)
   voice-pipeline talk         talk to a running server from the terminal (push-to-talk)
+  voice-pipeline bench        load-test a running server: latency per stage, capacity
 """
 
 
@@ -202,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     from clients.talk import add_arguments
 
     add_arguments(p)
+    from voice_pipeline.bench.cli import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -362,6 +366,12 @@ def cmd_talk(args: argparse.Namespace) -> int:
     return talk(options(args))
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from voice_pipeline.bench.cli import run as run_bench
+
+    return run_bench(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -371,7 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    handler = {"models": cmd_models, "run": cmd_run, "serve": cmd_serve, "talk": cmd_talk}[args.command]
+    handler = {
+        "models": cmd_models,
+        "run": cmd_run,
+        "serve": cmd_serve,
+        "talk": cmd_talk,
+        "bench": cmd_bench,
+    }[args.command]
     try:
         return handler(args)
     except VoicePipelineError as exc:

@@ -1,0 +1,33 @@
+"""The bench's errors, under the project's one root::
+
+VoicePipelineError
+└── BenchError                  the bench cannot go on (printed, never a traceback)
+    ├── ServerUnreachableError  nothing answers at the URL (connection refused, DNS, timeout)
+    ├── SessionRefusedError     the server refused a session: ``code`` 1013 (session
+    │                           limit), 1008 (origin / token), or an HTTP status (401, 403, 404)
+    └── SessionDroppedError     the server closed a session in the middle of the run
+"""
+
+from __future__ import annotations
+
+from voice_pipeline.errors import VoicePipelineError
+
+
+class BenchError(VoicePipelineError):
+    """The bench cannot go on."""
+
+
+class ServerUnreachableError(BenchError):
+    pass
+
+
+class SessionRefusedError(BenchError):
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SessionDroppedError(BenchError):
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,300 @@
+"""The bench's report: JSON (``voice-pipeline.bench/1``) and the printed summary (pure).
+
+Figures per step (one step, or one per ramp size):
+
+* ``client``: measured by the bench at the wire -- ``voice_to_voice`` (end of
+  the caller's speech -> first voiced reply audio received) and
+  ``barge_in_stop`` (onset of the interrupting speech -> nothing more of the
+  reply can be heard).
+* ``server``: the ledger's stages from each turn's ``turn.latency`` record
+  (/ws only; Twilio's protocol carries none).
+* ``cpu``: the server's process tree from ``/metrics`` scrapes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from voice_pipeline.bench.run import BenchResult, StepResult
+from voice_pipeline.bench.stats import (
+    CPU_WARN,
+    OVER_BUDGET_SHARE,
+    Summary,
+    cpu_summary,
+    labelled,
+    metrics_delta,
+    summarize,
+)
+from voice_pipeline.bench.tracker import TurnResult
+from voice_pipeline.ledger import CRITICAL_PATH, STAGES
+
+SCHEMA = "voice-pipeline.bench/1"
+#: the bench's own microphone falling this far behind its schedule makes its figures suspect
+MIC_LAG_WARN_S = 0.05
+CLIENT_STAGES = ("voice_to_voice", "barge_in_stop")
+
+
+def client_summary(step: StepResult, budgets: dict[str, float]) -> dict[str, Summary]:
+    out: dict[str, Summary] = {}
+    v2v = summarize(step.v2v(), budgets.get("voice_to_voice"))
+    stop = summarize(
+        (t.barge_in_stop_ms for t in step.turns if t.barge_in_stop_ms is not None),
+        budgets.get("barge_in_stop"),
+    )
+    for name, s in (("voice_to_voice", v2v), ("barge_in_stop", stop)):
+        if s is not None:
+            out[name] = s
+    return out
+
+
+def server_summary(step: StepResult, budgets: dict[str, float]) -> dict[str, Summary]:
+    records = [rec for t in step.turns for rec in t.records]
+    out: dict[str, Summary] = {}
+    for stage in STAGES:
+        values = [float(r["stages_ms"][stage.name]) for r in records if stage.name in r.get("stages_ms", {})]
+        s = summarize(values, budgets.get(stage.name))
+        if s is not None:
+            out[stage.name] = s
+    return out
+
+
+def over_budget(step: StepResult, budgets: dict[str, float]) -> list[dict[str, Any]]:
+    """Stages over budget in more than OVER_BUDGET_SHARE of the turns that measured them."""
+    rows = []
+    for source, summ in (
+        ("client", client_summary(step, budgets)),
+        ("server", server_summary(step, budgets)),
+    ):
+        for name, s in summ.items():
+            if s.over_share > OVER_BUDGET_SHARE:
+                rows.append({"source": source, "stage": name, "share": round(s.over_share, 3), "n": s.n})
+    if not any(r["source"] == "server" for r in rows) and len(step.scrapes) >= 2:
+        # no ledger records (Twilio): the server's own counters over the step
+        delta = metrics_delta(step.scrapes[0].metrics, step.scrapes[-1].metrics)
+        turns = delta.get("voice_pipeline_turns_total", 0.0)
+        for stage, n in labelled(delta, "voice_pipeline_budget_violations_total", "stage").items():
+            if turns and n / turns > OVER_BUDGET_SHARE:
+                rows.append(
+                    {"source": "server_metrics", "stage": stage, "share": round(n / turns, 3), "n": turns}
+                )
+    return rows
+
+
+def step_json(step: StepResult, budgets: dict[str, float]) -> dict[str, Any]:
+    done = [t for t in step.turns if t.error is None]
+    cpu = cpu_summary(step.scrapes)
+    metrics: dict[str, Any] | None = None
+    if len(step.scrapes) >= 2:
+        end = step.scrapes[-1].metrics
+        metrics = {
+            "scrapes": len(step.scrapes),
+            "delta": metrics_delta(step.scrapes[0].metrics, end),
+            "stage_over_budget_ratio": labelled(end, "voice_pipeline_stage_over_budget_ratio", "stage"),
+            "timeline": [
+                {
+                    "t_s": round(s.t - step.scrapes[0].t, 2),
+                    **{k: v for k, v in s.metrics.items() if k.startswith("process_")},
+                }
+                for s in step.scrapes
+            ],
+        }
+    return {
+        "sessions": step.sessions,
+        "refused": step.refused,
+        "duration_s": round(step.duration_s, 2),
+        "turns": len(step.turns),
+        "turns_completed": len(done),
+        "turns_per_s": round(len(done) / step.duration_s, 3) if step.duration_s else None,
+        "interrupts_planned": step.interrupts_planned,
+        "interrupts_done": sum(t.interrupt_planned and t.interrupt_skipped is None for t in step.turns),
+        "summary": {
+            "client": {k: s.as_dict() for k, s in client_summary(step, budgets).items()},
+            "server": {k: s.as_dict() for k, s in server_summary(step, budgets).items()},
+        },
+        "over_budget": over_budget(step, budgets),
+        "cpu": cpu.as_dict() if cpu else None,
+        "bench": {
+            "cpu_s": round(step.bench_cpu_s, 2),
+            "utilisation_of_one_cpu": round(step.bench_cpu_s / step.duration_s, 3)
+            if step.duration_s
+            else None,
+            "max_mic_lag_ms": round(step.max_mic_lag_s * 1000, 1),
+        },
+        "server_metrics": metrics,
+        "turn_results": [t.as_dict() for t in step.turns],
+    }
+
+
+def warnings(result: BenchResult) -> list[str]:
+    out = list(result.warnings)
+    for step in result.steps:
+        at = f" at {step.sessions} session(s)" if len(result.steps) > 1 else ""
+        cpu = cpu_summary(step.scrapes)
+        if cpu is not None and cpu.utilisation > CPU_WARN:
+            out.append(
+                f"server CPU utilisation {cpu.utilisation:.0%}{at} is past {CPU_WARN:.0%}: "
+                "queueing makes latency climb steeply from here"
+            )
+        elif cpu is not None and cpu.peak > CPU_WARN:
+            out.append(f"server CPU utilisation peaked at {cpu.peak:.0%}{at} (average {cpu.utilisation:.0%})")
+        if step.max_mic_lag_s > MIC_LAG_WARN_S:
+            out.append(
+                f"the bench itself fell {step.max_mic_lag_s * 1000:.0f} ms behind real time{at} "
+                "(it shares the machine?): its figures are suspect"
+            )
+        failed = [t for t in step.turns if t.error]
+        if failed:
+            out.append(
+                f"{len(failed)} turn(s) failed{at}, e.g. session {failed[0].session + 1} turn "
+                f"{failed[0].index + 1}: {failed[0].error}"
+            )
+        skipped = [t for t in step.turns if t.interrupt_skipped]
+        if skipped:
+            out.append(f"{len(skipped)} planned interruption(s) skipped{at}: {skipped[0].interrupt_skipped}")
+    if result.steps and all(len(s.scrapes) < 2 for s in result.steps if not s.refused):
+        out.append("no CPU figures: the server's /metrics has no process metrics (or is not reachable)")
+    if result.options.protocol == "twilio":
+        out.append(
+            "Twilio's protocol carries no latency records: no per-stage breakdown, only the "
+            "client's figures (and the server's /metrics counters)"
+        )
+    return out
+
+
+def ramp_json(result: BenchResult) -> dict[str, Any] | None:
+    if not result.options.ramp:
+        return None
+    v = result.verdict
+    return {
+        "capacity_sessions": v.capacity if v else 0,
+        "stopped_by": v.stopped_by if v else None,
+        "server_max_sessions": (result.health or {}).get("max_sessions"),
+        "budget_ms": result.budgets.get("voice_to_voice"),
+        "steps": [ramp_row(s, result.budgets) for s in result.steps],
+    }
+
+
+def ramp_row(step: StepResult, budgets: dict[str, float]) -> dict[str, Any]:
+    s = summarize(step.v2v(), budgets.get("voice_to_voice"))
+    cpu = cpu_summary(step.scrapes)
+    return {
+        "sessions": step.sessions,
+        "refused": step.refused,
+        "turns": len(step.v2v()),
+        "p50_ms": round(s.p50, 1) if s else None,
+        "p95_ms": round(s.p95, 1) if s else None,
+        "p99_ms": round(s.p99, 1) if s else None,
+        "cpu_utilisation": round(cpu.utilisation, 3) if cpu else None,
+    }
+
+
+def to_json(result: BenchResult) -> dict[str, Any]:
+    steps = [step_json(s, result.budgets) for s in result.steps]
+    measured = [s for s in steps if not s["refused"]]
+    return {
+        "schema": SCHEMA,
+        "config": {**result.options.as_dict(), "speech": result.speech},
+        "server": {"health": result.health, "budgets": result.budgets, "budget_source": result.budget_source},
+        "summary": measured[-1]["summary"] if measured else None,
+        "ramp": ramp_json(result),
+        "steps": steps,
+        "warnings": warnings(result),
+    }
+
+
+# ------------------------------------------------------------ printed
+
+
+def _ms(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.0f}"
+
+
+def _table(rows: list[tuple[str, Summary]]) -> list[str]:
+    lines = [f"  {'stage':<32}{'n':>4}{'p50':>7}{'p95':>7}{'p99':>7}{'budget':>8}{'over':>6}"]
+    for name, s in rows:
+        budget = f"{s.budget:.0f}" if s.budget is not None else "-"
+        lines.append(
+            f"  {name:<32}{s.n:>4}{_ms(s.p50):>7}{_ms(s.p95):>7}{_ms(s.p99):>7}{budget:>8}"
+            f"{s.over_share:>6.0%}"
+        )
+    return lines
+
+
+def format_step(step: StepResult, budgets: dict[str, float]) -> list[str]:
+    if step.refused:
+        return [f"{step.sessions} session(s): refused: {step.refused}"]
+    data = step_json(step, budgets)
+    lines = [
+        f"{step.sessions} session(s): {data['turns_completed']} turn(s) in {step.duration_s:.1f} s = "
+        f"{data['turns_per_s']} turns/s; {data['interrupts_done']} of {step.interrupts_planned} planned "
+        "interruption(s) done"
+    ]
+    server = server_summary(step, budgets)
+    rows = [(f"{s.name}", server[s.name]) for s in CRITICAL_PATH if s.name in server]
+    rows += [(f"{n} (server ledger)", server[n]) for n in CLIENT_STAGES if n in server]
+    client = client_summary(step, budgets)
+    rows += [(f"{n} (client, wire)", client[n]) for n in CLIENT_STAGES if n in client]
+    lines += _table(rows) if rows else ["  no turn measured"]
+    cpu = cpu_summary(step.scrapes)
+    if cpu is not None:
+        per = (cpu.rss_peak - cpu.rss_before) / step.sessions / 2**20
+        lines.append(
+            f"  server CPU {cpu.utilisation:.0%} of {cpu.cpu_count:g} CPUs (peak {cpu.peak:.0%}); "
+            f"RSS {cpu.rss_before / 2**30:.2f} -> peak {cpu.rss_peak / 2**30:.2f} GiB "
+            f"({per:+.0f} MiB/session)"
+        )
+    bench = data["bench"]
+    lines.append(
+        f"  bench CPU {bench['utilisation_of_one_cpu']:.0%} of one CPU; its microphone lagged "
+        f"{bench['max_mic_lag_ms']} ms at most"
+    )
+    over = data["over_budget"]
+    if over:
+        listed = ", ".join(f"{r['stage']} {r['share']:.0%} ({r['source']})" for r in over)
+        lines.append(f"  over budget in > {OVER_BUDGET_SHARE:.0%} of turns: {listed}")
+    return lines
+
+
+def format_text(result: BenchResult) -> str:
+    o = result.options
+    head = (
+        f"voice-pipeline bench: {o.protocol} {o.url}, {o.turns} turn(s) per session, seed {o.seed}, "
+        f"budgets from {result.budget_source}"
+    )
+    lines = [head]
+    for step in result.steps:
+        lines += format_step(step, result.budgets)
+    ramp = ramp_json(result)
+    if ramp is not None:
+        lines.append(f"ramp (p95 voice-to-voice at the client vs its budget {ramp['budget_ms']:.0f} ms):")
+        for row in ramp["steps"]:
+            p95 = "refused" if row["refused"] else f"p95 {row['p95_ms']} ms"
+            lines.append(f"  {row['sessions']:>3} session(s): {p95}")
+        why = {
+            "budget": "p95 voice-to-voice broke its budget",
+            "server_limit": f"the server's max_sessions limit ({ramp['server_max_sessions']}) stopped "
+            "the ramp; raise `serve --max-sessions` to probe further",
+            "max_sessions": f"--max-sessions {o.max_sessions} reached",
+            "no_turns": "a step measured no turn",
+        }.get(ramp["stopped_by"] or "", "")
+        lines.append(f"capacity: {ramp['capacity_sessions']} session(s) ({why})")
+    for w in warnings(result):
+        lines.append(f"WARNING: {w}")
+    return "\n".join(lines)
+
+
+def format_turn(turn: TurnResult) -> str:
+    """One progress line (stderr) per finished turn."""
+    parts = [f"session {turn.session + 1} turn {turn.index + 1}:"]
+    if turn.voice_to_voice_ms is not None:
+        parts.append(f"voice-to-voice {turn.voice_to_voice_ms:.0f} ms")
+    rec = turn.record
+    if rec and "voice_to_voice" in rec.get("stages_ms", {}):
+        parts.append(f"(server {rec['stages_ms']['voice_to_voice']:.0f} ms)")
+    if turn.barge_in_stop_ms is not None:
+        parts.append(f"barge-in stop {turn.barge_in_stop_ms:.0f} ms")
+    if turn.error:
+        parts.append(f"FAILED: {turn.error}")
+    parts.append(repr(turn.text))
+    return " ".join(parts)
