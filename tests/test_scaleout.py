@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cluster import Nginx, Worker, nginx_exe, nginx_proxy, start_worker
+from cluster import Nginx, Worker, nginx_exe, nginx_proxy, start_worker, voice_pipeline_exe
 from procs import ProcessFailed
 from speech import espeak, normalize, word_error_rate
 from websockets.http11 import Request, Response
@@ -36,6 +37,28 @@ from voice_pipeline.errors import ConfigError
 QUESTION = "What is the capital of France?"
 SESSIONS = 2
 WORKERS = 2
+#: the bench's run through nginx: callers x turns, a share of the replies interrupted
+BENCH_SESSIONS = 4
+BENCH_TURNS = 2
+BENCH_INTERRUPT_SHARE = 0.25
+BENCH_TIMEOUT_S = 600.0
+#: every figure of a bench step's JSON (voice-pipeline.bench/1)
+STEP_FIELDS = {
+    "sessions",
+    "refused",
+    "duration_s",
+    "turns",
+    "turns_completed",
+    "turns_per_s",
+    "interrupts_planned",
+    "interrupts_done",
+    "summary",
+    "over_budget",
+    "cpu",
+    "bench",
+    "server_metrics",
+    "turn_results",
+}
 
 SITE = NginxSite(workers=("127.0.0.1:8801", "127.0.0.1:8802"), listen="8080")
 
@@ -267,7 +290,8 @@ class Cluster:
 def cluster(vllm_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     base = tmp_path_factory.mktemp("scaleout")
     t0 = time.monotonic()
-    workers = [start_worker(vllm_server_url, base / f"worker{i}.log", SESSIONS) for i in range(WORKERS)]
+    # each worker takes whatever nginx gives it: up to every session of a run
+    workers = [start_worker(vllm_server_url, base / f"worker{i}.log", BENCH_SESSIONS) for i in range(WORKERS)]
     try:
         for worker in workers:  # they load in parallel
             worker.wait_healthy()
@@ -292,7 +316,7 @@ def cluster(vllm_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
 @pytest.mark.real_models
 def test_healthz_through_nginx_is_a_workers_answer(cluster: Cluster) -> None:
     health = httpx.get(f"{cluster.nginx.http_url}/healthz", timeout=10.0).json()
-    assert health["status"] == "ok" and health["max_sessions"] == SESSIONS
+    assert health["status"] == "ok" and health["max_sessions"] == BENCH_SESSIONS
     assert httpx.get(f"{cluster.nginx.http_url}/metrics", timeout=10.0).status_code == 404
     page = httpx.get(f"{cluster.nginx.http_url}/", timeout=10.0)
     assert page.status_code == 200 and "<html" in page.text.lower()
@@ -342,6 +366,74 @@ async def test_sessions_through_nginx_reach_both_workers_and_get_replies(cluster
     # nginx proxied each session (101 Switching Protocols) and used both workers
     upgrades = await _upgrades_logged(cluster.nginx, SESSIONS)
     assert {ln.split("upstream=")[1].split()[0] for ln in upgrades} == {w.address for w in cluster.workers}
+
+
+@pytest.mark.real_models
+async def test_the_bench_drives_sessions_through_nginx_to_both_workers(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    before = [w.metrics() for w in cluster.workers]
+    report_path = tmp_path / "bench.json"
+    cmd = [
+        voice_pipeline_exe(),
+        "bench",
+        "--url",
+        cluster.nginx.ws_url,
+        "--sessions",
+        str(BENCH_SESSIONS),
+        "--turns",
+        str(BENCH_TURNS),
+        "--interrupt-share",
+        str(BENCH_INTERRUPT_SHARE),
+        "--seed",
+        "7",
+        "--json",
+        str(report_path),
+    ]
+    t0 = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), BENCH_TIMEOUT_S)
+    print(f"\nbench through nginx: {time.monotonic() - t0:.1f} s\n{out.decode()}")
+    assert proc.returncode == 0, err.decode()[-4000:]
+    report = json.loads(report_path.read_text())
+    after = [w.metrics() for w in cluster.workers]
+
+    # the report is complete: one step, every session admitted, every turn answered
+    assert report["schema"] == "voice-pipeline.bench/1"
+    assert set(report) >= {"config", "server", "summary", "ramp", "steps", "warnings"}
+    assert report["config"]["url"] == cluster.nginx.ws_url
+    (step,) = report["steps"]
+    assert set(step) >= STEP_FIELDS, STEP_FIELDS - set(step)
+    assert step["sessions"] == BENCH_SESSIONS and not step["refused"]
+    assert step["turns"] == step["turns_completed"] == BENCH_SESSIONS * BENCH_TURNS
+    planned = round(BENCH_INTERRUPT_SHARE * BENCH_SESSIONS * BENCH_TURNS)
+    assert step["interrupts_planned"] == planned
+    for turn in step["turn_results"]:
+        assert turn["error"] is None, turn
+        assert turn["reply_audio_s"] > 0 and turn["voice_to_voice_ms"] is not None, turn
+        # (an interruption may open an empty server turn of its own before the answered one)
+        assert any(r["user_text"] and r["assistant_text"] for r in turn["records"]), turn
+    assert {t["session"] for t in step["turn_results"]} == set(range(BENCH_SESSIONS))
+    for section in ("client", "server"):
+        assert "voice_to_voice" in step["summary"][section], step["summary"]
+    assert report["summary"] == step["summary"]
+    # behind the balancer the bench sees no /metrics (nginx answers 404): no CPU figures
+    assert step["cpu"] is None and step["server_metrics"] is None
+
+    # both workers served sessions, and together every one of them and every turn
+    served = [a - b for a, b in zip(_counts(after, "sessions"), _counts(before, "sessions"), strict=True)]
+    turns = [a - b for a, b in zip(_counts(after, "turns"), _counts(before, "turns"), strict=True)]
+    records = sum(len(t["records"]) for t in step["turn_results"])
+    assert all(n >= 1 for n in served) and sum(served) == BENCH_SESSIONS, served
+    assert sum(turns) == records >= BENCH_SESSIONS * BENCH_TURNS, (turns, records)
+    barge_ins = [
+        a - b for a, b in zip(_counts(after, "barge_ins"), _counts(before, "barge_ins"), strict=True)
+    ]
+    # (a worker also counts a reply cut by the caller hanging up)
+    assert sum(barge_ins) >= step["interrupts_done"] == planned, (barge_ins, step["interrupts_done"])
+    assert all(a["voice_pipeline_turn_failures_total"] == 0 for a in after)
 
 
 @pytest.mark.real_models
