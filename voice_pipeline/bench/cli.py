@@ -113,6 +113,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="--ramp stops at this many sessions (default: %(default)s)",
     )
     p.add_argument(
+        "--budget-ms",
+        type=float,
+        metavar="MS",
+        help="--ramp: the p95 voice-to-voice to hold (default: the server's voice_to_voice budget)",
+    )
+    p.add_argument(
         "--token",
         metavar="TOKEN",
         help="the server's token: sent as 'Authorization: Bearer' on /ws, as customParameters.token "
@@ -153,6 +159,8 @@ def options(args: argparse.Namespace) -> BenchOptions:
         (args.pause_s >= 0.0, "--pause-s must not be negative"),
         (args.max_sessions >= 1, "--max-sessions must be at least 1"),
         (args.reply_timeout_s > 0.0, "--reply-timeout-s must be positive"),
+        (args.budget_ms is None or args.budget_ms > 0.0, "--budget-ms must be positive"),
+        (args.budget_ms is None or args.ramp, "--budget-ms applies to --ramp only"),
     )
     for ok, message in checks:
         if not ok:
@@ -169,6 +177,7 @@ def options(args: argparse.Namespace) -> BenchOptions:
         ramp=args.ramp,
         max_sessions=args.max_sessions,
         token=args.token,
+        ramp_budget_ms=args.budget_ms,
         reply_timeout_s=args.reply_timeout_s,
     )
 

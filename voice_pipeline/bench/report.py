@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from voice_pipeline.bench.run import BenchResult, StepResult
+from voice_pipeline.bench.run import BenchResult, StepResult, ramp_budget
 from voice_pipeline.bench.stats import (
     CPU_WARN,
     OVER_BUDGET_SHARE,
@@ -170,7 +170,7 @@ def ramp_json(result: BenchResult) -> dict[str, Any] | None:
         "capacity_sessions": v.capacity if v else 0,
         "stopped_by": v.stopped_by if v else None,
         "server_max_sessions": (result.health or {}).get("max_sessions"),
-        "budget_ms": result.budgets.get("voice_to_voice"),
+        "budget_ms": ramp_budget(result),
         "steps": [ramp_row(s, result.budgets) for s in result.steps],
     }
 

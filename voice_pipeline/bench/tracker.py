@@ -155,8 +155,8 @@ class Tracker:
                     obs.failures.append(f"{stage}: {message}")
 
     def _owner(self, tid: int | None, t: float, *, by_audio: bool = False) -> TurnObservation | None:
-        if tid is not None and tid in self._by_tid:
-            return self._by_tid[tid]
+        if tid is not None:  # /ws: by turn id (one this caller never saw start is not its own)
+            return self._by_tid.get(tid)
         if by_audio:  # a clear without a turn id: the turn whose audio came last
             heard = [o for o in self.turns if o.last_audio_t is not None]
             return max(heard, key=lambda o: o.last_audio_t or 0.0) if heard else None
