@@ -101,6 +101,36 @@ async def test_ws_needs_the_token_in_the_header_or_the_query(engines: Engines, c
         assert await handshake_status(ws_url(srv, "/twilio")) == 101
 
 
+# ------------------------------------------------------------ message size limits
+
+
+async def test_oversized_messages_close_only_that_connection_with_1009(
+    engines: Engines, config: Config
+) -> None:
+    async with running_server(engines, config, max_sessions=3) as srv:  # max_frame_bytes 4096
+        limit = srv.max_message_bytes
+        assert limit == 65536
+        async with voice_client(ws_url(srv)) as bystander:
+            await bystander.start()
+            for big in (b"\x00" * (limit + 2), "x" * (1 << 20)):  # a binary frame, a 1 MB text frame
+                async with voice_client(ws_url(srv)) as client:
+                    await client.start()
+                    await client.send(big)
+                    assert (await client.wait_closed())[0] == 1009
+            # between max_frame_bytes and the limit: an error, and the session goes on
+            async with voice_client(ws_url(srv)) as client:
+                await client.start()
+                await client.send(b"\x00" * 8192)
+                err = await client.wait_for(lambda m: m["type"] == "error")
+                assert err["code"] == "frame_too_large"
+                await client.send({"type": "interrupt"})
+                await client.send(b"\x00" * 640)
+                await asyncio.sleep(0.5)
+                assert not client.closed
+            assert not bystander.closed  # the others were never affected
+            await bystander.send(b"\x00" * 640)
+
+
 # ------------------------------------------------------------ the rate limit
 
 

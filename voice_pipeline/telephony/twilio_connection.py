@@ -25,6 +25,7 @@ from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.server.metrics import ServerMetrics
+from voice_pipeline.server.web import token_ok
 from voice_pipeline.session import Session
 from voice_pipeline.telephony import mulaw
 from voice_pipeline.telephony.twilio import (
@@ -136,7 +137,7 @@ class TwilioConnection:
     async def _start(self, start: StreamStarted) -> bool:
         expected = self._cfg.server.twilio_token
         given = start.custom_parameters.get(TOKEN_PARAMETER, "")
-        if expected and not secrets.compare_digest(given.encode(), expected.encode()):
+        if not token_ok(given, expected):  # constant time; the token is never logged
             self._metrics.session_refused("token")
             log.warning("call %s (%s): refused, %s", self.session_id, start.call_sid, BAD_TOKEN_REASON)
             await self._ws.close(1008, BAD_TOKEN_REASON)
