@@ -52,6 +52,20 @@ def resample_int16(samples: Int16, from_hz: int, to_hz: int) -> Int16:
     return to_int16(resample(to_float32(samples), from_hz, to_hz))
 
 
+def finite_audio(samples: Float32) -> Float32:
+    """``samples`` with NaN made silence and everything clipped to [-1, 1] (infinities too).
+
+    PCM16 cannot carry NaN, but float input can (a library caller, a float file
+    written by a broken tool), and one NaN corrupts the VAD's recurrent state --
+    it then hears speech in silence -- and the resampler's output for a while.
+    Returns ``samples`` itself when it is already finite and in range (the usual case).
+    """
+    if samples.size == 0 or (np.isfinite(samples).all() and np.abs(samples).max() <= 1.0):
+        return samples
+    clean = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+    return np.clip(clean, -1.0, 1.0).astype(np.float32)
+
+
 def to_float32(pcm: Int16) -> Float32:
     return (pcm.astype(np.float32) / 32768.0).astype(np.float32)
 

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
-from voice_pipeline.audio import read_audio, resample, write_audio
+from voice_pipeline.audio import finite_audio, read_audio, resample, write_audio
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
@@ -165,7 +165,7 @@ async def run_audio(
     """Stream ``raw`` through a fresh session. ``echo`` simulates a loudspeaker next to the
     microphone: what the listener plays comes back into the input (real time only)."""
     rate = cfg.audio.pipeline_rate_hz
-    audio = resample(raw, in_rate, rate)
+    audio = resample(finite_audio(raw), in_rate, rate)  # never a NaN into the resampler and VAD
     out_rate = cfg.audio.output_rate_hz or engines.tts.sample_rate_hz
     frame = rate * cfg.audio.frame_ms // 1000
     t0 = now_ns()
