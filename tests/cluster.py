@@ -102,9 +102,10 @@ class Worker:
         return self.log_path.read_text(errors="replace")
 
 
-def start_worker(llm_url: str, log_path: Path, max_sessions: int) -> Worker:
+def start_worker(llm_url: str, log_path: Path, max_sessions: int, *extra: str) -> Worker:
     """``voice-pipeline serve`` on a free loopback port using the LLM server at ``llm_url``
-    (it loads only VAD, ASR and TTS). Returns at once: call :meth:`Worker.wait_healthy`."""
+    (it loads only VAD, ASR and TTS), with ``extra`` flags. Returns at once: call
+    :meth:`Worker.wait_healthy`."""
     port = free_port()
     cmd = [
         voice_pipeline_exe(),
@@ -117,6 +118,7 @@ def start_worker(llm_url: str, log_path: Path, max_sessions: int) -> Worker:
         llm_url,
         "--max-sessions",
         str(max_sessions),
+        *extra,
     ]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -25,6 +25,8 @@ import pytest
 from cluster import Nginx, Worker, nginx_exe, nginx_proxy, start_worker, voice_pipeline_exe
 from procs import ProcessFailed
 from speech import espeak, normalize, word_error_rate
+from websockets.asyncio.client import connect as connect_async
+from websockets.exceptions import InvalidStatus
 from websockets.http11 import Request, Response
 from websockets.sync.client import ClientConnection, connect
 from websockets.sync.server import ServerConnection, serve
@@ -37,6 +39,8 @@ from voice_pipeline.errors import ConfigError
 QUESTION = "What is the capital of France?"
 SESSIONS = 2
 WORKERS = 2
+#: new sessions per client per minute on each worker (above what the other tests open)
+RATE_LIMIT = 8
 #: the bench's run through nginx: callers x turns, a share of the replies interrupted
 BENCH_SESSIONS = 4
 BENCH_TURNS = 2
@@ -290,8 +294,14 @@ class Cluster:
 def cluster(vllm_server_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     base = tmp_path_factory.mktemp("scaleout")
     t0 = time.monotonic()
-    # each worker takes whatever nginx gives it: up to every session of a run
-    workers = [start_worker(vllm_server_url, base / f"worker{i}.log", BENCH_SESSIONS) for i in range(WORKERS)]
+    # each worker takes whatever nginx gives it (up to every session of a run), trusts
+    # nginx's X-Forwarded-For and limits each client's new sessions (docs/deployment.md)
+    config = base / "worker.yaml"
+    config.write_text('server:\n  trusted_proxies: ["127.0.0.1/32"]\n')
+    flags = ("--config", str(config), "--rate-limit", str(RATE_LIMIT))
+    workers = [
+        start_worker(vllm_server_url, base / f"worker{i}.log", BENCH_SESSIONS, *flags) for i in range(WORKERS)
+    ]
     try:
         for worker in workers:  # they load in parallel
             worker.wait_healthy()
@@ -436,11 +446,46 @@ async def test_the_bench_drives_sessions_through_nginx_to_both_workers(
     assert all(a["voice_pipeline_turn_failures_total"] == 0 for a in after)
 
 
+async def _handshake(url: str, forwarded_for: str) -> int:
+    """The HTTP status of a /ws handshake sent with this X-Forwarded-For (closed at once)."""
+    try:
+        async with connect_async(url, additional_headers={"X-Forwarded-For": forwarded_for}):
+            return 101
+    except InvalidStatus as exc:
+        return exc.response.status_code
+
+
+def _rate_refusals(workers: list[Worker]) -> list[float]:
+    return [w.metrics().get('voice_pipeline_sessions_refused_total{reason="rate"}', 0.0) for w in workers]
+
+
+@pytest.mark.real_models
+async def test_behind_nginx_each_forwarded_client_has_its_own_rate_budget(cluster: Cluster) -> None:
+    # nginx appends its peer to X-Forwarded-For and the workers trust nginx: the client is
+    # the right-most untrusted entry. On loopback the caller's own address is nginx's, so
+    # the test can play two clients by what it claims.
+    url, workers = cluster.nginx.ws_url, cluster.workers
+    before = _rate_refusals(workers)
+    admitted = 0
+    for _ in range(WORKERS * RATE_LIMIT + 8):  # until every worker has refused client A
+        status = await _handshake(url, "198.51.100.9")
+        admitted += status == 101
+        if all(a > b for a, b in zip(_rate_refusals(workers), before, strict=True)):
+            break
+    else:
+        raise AssertionError(f"client A was never refused by every worker: {_rate_refusals(workers)}")
+    assert admitted == WORKERS * RATE_LIMIT  # each worker admitted its budget of A's sessions
+    assert await _handshake(url, "198.51.100.9") == 429
+    # another client behind the same nginx still has its whole budget on every worker
+    assert [await _handshake(url, "198.51.100.10") for _ in range(WORKERS)] == [101] * WORKERS
+
+
 @pytest.mark.real_models
 def test_workers_stop_cleanly_on_sigterm(cluster: Cluster) -> None:
     for worker in cluster.workers:
         assert worker.stop() == 0, worker.log()[-2000:]
         log = worker.log()
         lines = log.splitlines()
-        assert "shutting down: closing 0 session(s) ..." in lines and "stopped" in lines, log[-2000:]
+        assert any(ln.startswith("shutting down: closing ") for ln in lines), log[-2000:]
+        assert "stopped" in lines, log[-2000:]
         assert "Traceback" not in log and "never awaited" not in log, log[-4000:]
