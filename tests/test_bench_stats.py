@@ -87,17 +87,18 @@ def test_cpu_utilisation_is_cpu_seconds_over_wall_time_times_cpus() -> None:
 @pytest.mark.parametrize(
     ("steps", "go_on", "capacity", "why"),
     [
-        ([RampStep(1, 500.0, False)], True, 1, None),
+        ([RampStep(1, 500.0, None)], True, 1, None),
         (
-            [RampStep(1, 500.0, False), RampStep(2, 700.0, False), RampStep(3, 900.0, False)],
+            [RampStep(1, 500.0, None), RampStep(2, 700.0, None), RampStep(3, 900.0, None)],
             False,
             2,
             "budget",
         ),
-        ([RampStep(1, 900.0, False)], False, 0, "budget"),
-        ([RampStep(1, 500.0, False), RampStep(2, None, True)], False, 1, "server_limit"),
-        ([RampStep(1, 500.0, False), RampStep(2, None, False)], False, 1, "no_turns"),
-        ([RampStep(1, 500.0, False), RampStep(2, 600.0, False)], False, 2, "max_sessions"),
+        ([RampStep(1, 900.0, None)], False, 0, "budget"),
+        ([RampStep(1, 500.0, None), RampStep(2, None, "server_limit")], False, 1, "server_limit"),
+        ([RampStep(1, 500.0, None), RampStep(2, None, "rate_limit")], False, 1, "rate_limit"),
+        ([RampStep(1, 500.0, None), RampStep(2, None, None)], False, 1, "no_turns"),
+        ([RampStep(1, 500.0, None), RampStep(2, 600.0, None)], False, 2, "max_sessions"),
     ],
 )
 def test_the_ramp_stops_at_the_budget_a_refusal_or_its_limit(

@@ -51,9 +51,13 @@ async def open_websocket(url: str, headers: dict[str, str]) -> ClientConnection:
         raise BenchError(f"not a WebSocket URL: {url}") from exc
     except InvalidStatus as exc:
         status = exc.response.status_code
-        hint = {401: " (bad or missing token: --token)", 403: " (forbidden)", 404: " (wrong path?)"}.get(
-            status, ""
-        )
+        hint = {
+            401: " (bad or missing token: --token)",
+            403: " (forbidden)",
+            404: " (wrong path?)",
+            429: " (rate limited: the server's limit of new sessions per client address per minute, "
+            "server.max_new_sessions_per_ip_per_min)",
+        }.get(status, "")
         raise SessionRefusedError(
             f"the server at {url} refused the connection: HTTP {status}{hint}", status
         ) from exc

@@ -275,6 +275,7 @@ def format_text(result: BenchResult) -> str:
             "budget": "p95 voice-to-voice broke its budget",
             "server_limit": f"the server's max_sessions limit ({ramp['server_max_sessions']}) stopped "
             "the ramp; raise `serve --max-sessions` to probe further",
+            "rate_limit": "the server's per-address rate limit of new sessions refused a session (HTTP 429)",
             "max_sessions": f"--max-sessions {o.max_sessions} reached",
             "no_turns": "a step measured no turn",
         }.get(ramp["stopped_by"] or "", "")

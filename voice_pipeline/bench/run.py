@@ -32,6 +32,9 @@ from voice_pipeline.ledger import STAGES
 
 Protocol = Literal["ws", "twilio"]
 HTTP_TIMEOUT_S = 5.0
+#: refusals that mean "no more sessions now" (the ramp's stop), not a mistake: the session
+#: limit (close 1013) and the per-address rate limit (HTTP 429)
+LIMIT_CODES = {1013: "server_limit", 429: "rate_limit"}
 IDLE_WAIT_S = 15.0
 
 
@@ -76,7 +79,8 @@ class StepResult:
     sessions: int
     turns: list[TurnResult] = field(default_factory=list)
     duration_s: float = 0.0
-    refused: str | None = None
+    refused: str | None = None  # why the server refused a session (the message)
+    refused_code: int | None = None  # 1013 (session limit) or 429 (rate limit)
     scrapes: list[Scrape] = field(default_factory=list)
     bench_cpu_s: float = 0.0
     max_mic_lag_s: float = 0.0
@@ -212,8 +216,8 @@ async def run_step(
     if errors:
         await asyncio.gather(*(c.io.aclose() for c in callers), return_exceptions=True)
         for e in errors:
-            if isinstance(e, SessionRefusedError):
-                step.refused = str(e)
+            if isinstance(e, SessionRefusedError) and e.code in LIMIT_CODES:
+                step.refused, step.refused_code = str(e), e.code
                 return step
         raise errors[0]
     on_ready(callers[0].io)
@@ -311,7 +315,7 @@ async def run_bench(
         progress(f"ramp: {n} session(s)")
         step = await run_step(opts, speech, n, on_turn, ready)
         result.steps.append(step)
-        ramp = [RampStep(x.sessions, p95_v2v(x), bool(x.refused)) for x in result.steps]
+        ramp = [RampStep(x.sessions, p95_v2v(x), LIMIT_CODES.get(x.refused_code or 0)) for x in result.steps]
         result.verdict = ramp_verdict(ramp, ramp_budget(result), opts.max_sessions)
         p95 = p95_v2v(step)
         if p95 is not None:

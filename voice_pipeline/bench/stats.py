@@ -149,14 +149,14 @@ def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> di
 class RampStep:
     sessions: int
     p95_v2v_ms: float | None  # None: no turn measured
-    refused: bool  # the server refused a session (1013)
+    refused: str | None  # the server refused a session: "server_limit" (1013) or "rate_limit" (429)
 
 
 @dataclass(frozen=True, slots=True)
 class RampVerdict:
     go_on: bool
     capacity: int  # the most sessions that kept p95 voice-to-voice within budget so far
-    stopped_by: str | None  # "budget", "server_limit", "max_sessions", "no_turns"
+    stopped_by: str | None  # "budget", "server_limit", "rate_limit", "max_sessions", "no_turns"
 
 
 def ramp_verdict(steps: Sequence[RampStep], budget_ms: float, max_sessions: int) -> RampVerdict:
@@ -164,7 +164,7 @@ def ramp_verdict(steps: Sequence[RampStep], budget_ms: float, max_sessions: int)
     capacity = 0
     for step in steps:
         if step.refused:
-            return RampVerdict(False, capacity, "server_limit")
+            return RampVerdict(False, capacity, step.refused)
         if step.p95_v2v_ms is None:
             return RampVerdict(False, capacity, "no_turns")
         if step.p95_v2v_ms > budget_ms:
