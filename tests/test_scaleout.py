@@ -2,9 +2,15 @@
 OpenAI server (the session's ``vllm_server_url``) behind nginx, whose configuration
 comes from :mod:`voice_pipeline.deploy.nginx` -- the text docs/deployment.md shows.
 
-The pure renderer is tested first (and checked by ``nginx -t``); then sessions are
-driven through nginx and each worker's /metrics must show that it served some of
-them, every turn got a reply, and the workers stop cleanly on SIGTERM.
+* the renderer (pure), its command and the documented text; ``nginx -t`` accepts both
+  forms of the config;
+* nginx itself in front of stand-in WebSocket servers: what a worker receives (the
+  upgrade, Host with its port, X-Forwarded-For appended) and least_conn's choices;
+* the real thing: two workers (VAD/ASR/TTS loaded, the LLM remote) behind nginx.
+  Sessions of a test client and then ``voice-pipeline bench`` go through nginx; each
+  worker's /metrics must show it served some of them and every turn got a reply; the
+  per-client rate limit works behind nginx with ``server.trusted_proxies``; the
+  workers exit 0 on SIGTERM.
 """
 
 from __future__ import annotations
