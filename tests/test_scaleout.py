@@ -266,6 +266,9 @@ def test_the_worker_gets_the_upgrade_the_host_and_the_client_address(
     assert headers["X-Forwarded-For"] == "203.0.113.7, 127.0.0.1"  # right-most = nginx's peer
     assert headers["X-Real-IP"] == "127.0.0.1"
     assert headers["X-Forwarded-Proto"] == "http"
+    with connect(f"ws://127.0.0.1:{nginx.port}/twilio") as ws:  # Twilio Media Streams too
+        name = ws.recv(timeout=10)
+    assert next(w for w in workers if w.name == name).requests[-1].path == "/twilio"
 
 
 def test_new_sessions_go_to_the_worker_with_the_fewest_open_ones(
@@ -285,6 +288,23 @@ def test_new_sessions_go_to_the_worker_with_the_fewest_open_ones(
                 ws.close()
         # b still holds two sessions, a none: the next two both go to a
         assert [open_session()[0] for _ in range(2)] == ["a", "a"]
+
+
+def test_a_worker_that_is_down_is_skipped(tmp_path: Path) -> None:
+    up, down = StandIn("up"), StandIn("down")
+    try:
+        with nginx_proxy([up.address, down.address], tmp_path) as nginx:
+            down.close()  # its port now refuses connections
+            names = []
+            for _ in range(4):
+                with connect(nginx.ws_url) as ws:
+                    names.append(ws.recv(timeout=10))
+            assert names == ["up"] * 4
+            assert httpx.get(f"{nginx.http_url}/healthz", timeout=10.0).status_code == 200
+    except ProcessFailed as exc:
+        pytest.fail(str(exc))
+    finally:
+        up.close()
 
 
 # ---------------------------------------------------------------- two workers behind nginx
