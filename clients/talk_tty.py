@@ -270,7 +270,9 @@ async def _interactive(opts: TalkOptions, mic: Microphone, speaker: Speaker, out
             attempt = 0
             while True:
                 try:
-                    ws, ready = await open_session(opts.url, mic.rate_hz, speaker.rate_hz, reports=True)
+                    ws, ready = await open_session(
+                        opts.url, mic.rate_hz, speaker.rate_hz, reports=True, token=opts.token
+                    )
                 except (ServerUnreachableError, ServerRefusedError) as exc:
                     if attempt == 0:
                         raise
