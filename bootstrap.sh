@@ -32,6 +32,7 @@ find_python() {
 
 need_apt() {  # need_apt <command> <debian-package>
   command -v "$1" >/dev/null 2>&1 && return 0
+  [ -x "/usr/sbin/$1" ] && return 0   # e.g. nginx: installed, but not on a normal user's PATH
   log "installing $2 (Debian package) for $1"
   local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq >/dev/null && $sudo apt-get install -y -qq "$2" >/dev/null
