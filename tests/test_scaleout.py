@@ -170,6 +170,8 @@ def test_the_command_prints_the_rendered_config() -> None:
     assert site.stdout == render_site(SITE)
     bad = _module("--worker", "127.0.0.1")
     assert bad.returncode == 2 and "expected host:port" in bad.stderr and "Traceback" not in bad.stderr
+    mixed = _module(*workers, "--site", "--user", "www-data")
+    assert mixed.returncode == 2 and "complete config" in mixed.stderr
 
 
 def test_the_documented_config_is_the_rendered_one() -> None:

@@ -260,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.site and (args.user is not None or args.worker_processes is not None):
+        parser.error("--user and --worker-processes belong to the complete config, not to --site")
     site = NginxSite(
         workers=tuple(args.worker),
         listen=args.listen,
