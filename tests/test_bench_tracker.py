@@ -105,3 +105,18 @@ def test_a_failed_turn_and_a_turn_nobody_heard() -> None:
     assert not tr.recorded(silent)  # no speech.started: never counts as answered
     r = result(silent, 1, 0.0)
     assert r.voice_to_voice_ms is None and r.server_turn_ids == ()
+
+
+def test_remaining_reply_audio_plays_out_in_real_time_from_arrival() -> None:
+    tr = Tracker()
+    obs = tr.begin(plan(0))
+    tr.speech_onset(obs, 0.0)
+    tr.feed(SpeechHeard(0.1, 1))
+    tr.speech_end(obs, 1.0)
+    tr.feed(ReplyAudio(2.0, 1, 32000, 16000, voiced=True))  # 2 s of audio at once
+    tr.feed(ReplyAudio(2.5, 1, 16000, 16000, voiced=True))  # queued behind it: plays until 5.0
+    assert tr.remaining(obs, 2.5) == pytest.approx(2.5)
+    assert tr.remaining(obs, 4.5) == pytest.approx(0.5)
+    assert tr.remaining(obs, 6.0) == 0
+    tr.feed(AudioCleared(3.0, 1))  # the listener drops what it holds
+    assert tr.remaining(obs, 3.0) == 0

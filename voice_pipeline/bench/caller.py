@@ -107,6 +107,9 @@ class CallerOptions:
     reply_timeout_s: float = 60.0
     quiet_s: float = 1.5  # Twilio: no reply audio for this long = the reply is over
     record_grace_s: float = 10.0  # /ws: wait this long at the end for outstanding turn.latency
+    #: /ws: interrupt only while at least this much reply audio is left to play (the server
+    #: pauses a reply after 200 ms of speech over it; an interruption as it ends is not one)
+    min_overlap_s: float = 1.0
 
 
 class Caller:
@@ -232,13 +235,22 @@ class Caller:
             lambda: obs.first_voiced_t is not None or finished(), deadline
         ):
             if obs.first_voiced_t is not None:
-                await self._wait(finished, obs.first_voiced_t + after)
+                due = obs.first_voiced_t + after
+                await self._wait(lambda: finished() or self._may_interrupt(obs, due), deadline)
             if not finished():
                 return True
             obs.interrupt_skipped = "the reply was over before the interruption was due"
         if not await self._wait(finished, deadline):
             obs.error = f"no complete reply within {self.options.reply_timeout_s:g} s of the end of speech"
         return False
+
+    def _may_interrupt(self, obs: TurnObservation, due: float) -> bool:
+        """Past the interruption's moment, with enough of the reply left to speak over (/ws knows
+        how much audio it holds; a Twilio caller holds ~0.1 s, the server paces the rest)."""
+        now = asyncio.get_running_loop().time()
+        if now < due:
+            return False
+        return not self._has_records or self.tracker.remaining(obs, now) >= self.options.min_overlap_s
 
     def _report(self, obs: TurnObservation) -> None:
         res = result(obs, self.plan.session, self._origin_t)

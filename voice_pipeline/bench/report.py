@@ -140,8 +140,9 @@ def warnings(result: BenchResult) -> list[str]:
             out.append(f"server CPU utilisation peaked at {cpu.peak:.0%}{at} (average {cpu.utilisation:.0%})")
         if step.max_mic_lag_s > MIC_LAG_WARN_S:
             out.append(
-                f"the bench itself fell {step.max_mic_lag_s * 1000:.0f} ms behind real time{at} "
-                "(it shares the machine?): its figures are suspect"
+                f"the bench's microphone fell up to {step.max_mic_lag_s * 1000:.0f} ms behind real time{at} "
+                "(a busy machine?): the late frames went out in a burst; the figures count from when "
+                "they were sent, but the pacing was not a live caller's"
             )
         failed = [t for t in step.turns if t.error]
         if failed:

@@ -38,8 +38,9 @@ LONG_PROMPTS: tuple[str, ...] = (
     "Tell me a long story about a little dog.",
     "Tell me a long story about a big ship.",
 )
-#: spoken over the reply; no sentence break inside, so it stays one user turn
-INTERRUPTION = "Wait, tell me about the moon instead."
+#: spoken over the reply; no pause inside (Piper pauses ~0.35 s at a comma, longer than the
+#: server's end-of-turn silence), so it stays one user turn
+INTERRUPTION = "Please tell me about the moon instead."
 
 #: the interruption starts this far into the reply audio (uniform, seeded)
 INTERRUPT_DELAY_S = (0.6, 1.6)

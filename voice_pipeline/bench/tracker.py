@@ -169,6 +169,10 @@ class Tracker:
         """/ws: every server turn of this utterance has sent its ``turn.latency``."""
         return bool(obs.server_turn_ids) and all(tid in obs.records for tid in obs.server_turn_ids)
 
+    def remaining(self, obs: TurnObservation, now: float) -> float:
+        """Seconds of the reply's audio received and not yet played (real-time playout from arrival)."""
+        return max(0.0, obs.playout_end_t - now)
+
     def quiet(self, obs: TurnObservation, now: float, quiet_s: float) -> bool:
         """Twilio: the reply has played out and nothing more came for ``quiet_s``."""
         if obs.last_audio_t is None:
@@ -247,7 +251,8 @@ def result(obs: TurnObservation, session: int, origin_t: float) -> TurnResult:
         if ends and (after or max(ends) >= onset):
             stop = (max(ends) - onset) * 1000
     records = tuple(obs.records[tid] for tid in obs.server_turn_ids if tid in obs.records)
-    interrupted = any(bool(rec.get("interrupted")) for rec in records) if records else None
+    # the reply's record is the last one (an utterance the server split has a record per part)
+    interrupted = bool(records[-1].get("interrupted")) if records else None
     error = obs.error
     if error is None and obs.failures:
         error = "; ".join(obs.failures)
