@@ -40,7 +40,8 @@ def test_speech_span_is_found_on_the_audio_at_10_ms_resolution() -> None:
     assert speech_span(np.zeros(10, np.float32), RATE) is None  # shorter than a frame
     assert make_clip("x", quiet(1.0), RATE) is None
     clip = make_clip("q", np.concatenate([quiet(0.1), tone(0.5), quiet(0.1)]), RATE)
-    assert clip is not None and (clip.onset, clip.end) == (1600, 9600) and clip.duration_s == pytest.approx(0.7)
+    assert clip is not None and (clip.onset, clip.end) == (1600, 9600)
+    assert clip.duration_s == pytest.approx(0.7)
 
 
 def clips(n: int, prefix: str) -> tuple[Clip, ...]:

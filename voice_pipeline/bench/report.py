@@ -153,8 +153,11 @@ def warnings(result: BenchResult) -> list[str]:
         skipped = [t for t in step.turns if t.interrupt_skipped]
         if skipped:
             out.append(f"{len(skipped)} planned interruption(s) skipped{at}: {skipped[0].interrupt_skipped}")
-    if result.steps and all(len(s.scrapes) < 2 for s in result.steps if not s.refused):
-        out.append("no CPU figures: the server's /metrics has no process metrics (or is not reachable)")
+    if result.steps and all(cpu_summary(s.scrapes) is None for s in result.steps if not s.refused):
+        out.append(
+            "no CPU figures: the server's /metrics is not reachable from here (a load balancer?) "
+            "or has no process metrics"
+        )
     if result.options.protocol == "twilio":
         out.append(
             "Twilio's protocol carries no latency records: no per-stage breakdown, only the "
