@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 FRAME_NS = 20_000_000
 FRAME_SAMPLES = FRAME_BYTES // 2
 _KEEP_TURNS = 64  # per-turn bookkeeping kept for the latest turns only
-_KEEP_SESSIONS = 64  # sessions kept for inspection (the latest)
+_KEEP_SESSIONS = 16  # sessions kept for inspection (the latest; each holds ~0.3 MB)
 
 
 @dataclass(frozen=True, slots=True)
