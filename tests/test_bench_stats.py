@@ -9,7 +9,9 @@ import pytest
 from voice_pipeline.bench.stats import (
     RampStep,
     Scrape,
+    busy_share,
     cpu_summary,
+    host_cpu_times,
     labelled,
     metrics_delta,
     parse_metrics,
@@ -106,3 +108,12 @@ def test_the_ramp_stops_at_the_budget_a_refusal_or_its_limit(
 ) -> None:
     v = ramp_verdict(steps, budget_ms=800.0, max_sessions=2)
     assert (v.go_on, v.capacity, v.stopped_by) == (go_on, capacity, why)
+
+
+def test_the_bench_machines_busy_share_comes_from_proc_stat() -> None:
+    before = host_cpu_times("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    after = host_cpu_times("intr 5\ncpu  250 0 100 950 100 0 0 0 0 0\n")
+    assert before == (150.0, 1000.0) and after == (350.0, 1400.0)
+    assert busy_share(before, after) == pytest.approx(0.5)  # 200 busy of 400 ticks
+    assert busy_share(None, after) is None and busy_share(after, after) is None
+    assert host_cpu_times("no cpu line") is None

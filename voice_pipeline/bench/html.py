@@ -183,7 +183,7 @@ def to_html(report: dict[str, Any]) -> str:
             f"{_e(ramp['stopped_by'])}</p>"
         )
     parts.append("<h2>Voice-to-voice (at the client, ms) versus sessions</h2>")
-    parts.append(latency_plot(steps, budget))
+    parts.append(latency_plot(steps, ramp["budget_ms"] if ramp else budget))
     for step in steps:
         parts.append(f"<h2>{step['sessions']} session(s)</h2>")
         if step["refused"]:

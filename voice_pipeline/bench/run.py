@@ -25,7 +25,16 @@ from voice_pipeline.bench.caller_twilio import TwilioCaller
 from voice_pipeline.bench.caller_ws import WebSocketCaller
 from voice_pipeline.bench.errors import BenchError, ServerUnreachableError, SessionRefusedError
 from voice_pipeline.bench.scenario import Speech, interrupt_count, plan_step
-from voice_pipeline.bench.stats import RampStep, RampVerdict, Scrape, parse_metrics, ramp_verdict, summarize
+from voice_pipeline.bench.stats import (
+    RampStep,
+    RampVerdict,
+    Scrape,
+    busy_share,
+    host_cpu_times,
+    parse_metrics,
+    ramp_verdict,
+    summarize,
+)
 from voice_pipeline.bench.tracker import TurnResult
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.ledger import STAGES
@@ -85,6 +94,8 @@ class StepResult:
     bench_cpu_s: float = 0.0
     max_mic_lag_s: float = 0.0
     interrupts_planned: int = 0
+    #: share of the bench's machine busy during the step, every process (None: no /proc/stat)
+    host_cpu_busy: float | None = None
 
     def v2v(self) -> list[float]:
         return [t.voice_to_voice_ms for t in self.turns if t.voice_to_voice_ms is not None]
@@ -175,6 +186,13 @@ def _io(opts: BenchOptions, session: int) -> CallerIO:
     return WebSocketCaller(opts.url, opts.token)
 
 
+def _host_cpu() -> tuple[float, float] | None:
+    try:
+        return host_cpu_times(Path("/proc/stat").read_text())
+    except OSError:
+        return None
+
+
 def _cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -223,7 +241,7 @@ async def run_step(
     on_ready(callers[0].io)
     first = await scrape(opts)
     step.scrapes = [first] if first else []
-    cpu0, t0 = _cpu_s(), loop.time()
+    cpu0, t0, host0 = _cpu_s(), loop.time(), _host_cpu()
 
     async def sample() -> None:
         while True:
@@ -247,6 +265,7 @@ async def run_step(
         await asyncio.wait([sampler])
     step.duration_s = loop.time() - t0
     step.bench_cpu_s = _cpu_s() - cpu0
+    step.host_cpu_busy = busy_share(host0, _host_cpu())
     last = await scrape(opts)
     if last is not None:
         step.scrapes.append(last)

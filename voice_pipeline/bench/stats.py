@@ -142,6 +142,22 @@ def metrics_delta(before: Mapping[str, float], after: Mapping[str, float]) -> di
     return out
 
 
+def host_cpu_times(proc_stat: str) -> tuple[float, float] | None:
+    """``/proc/stat`` -> (busy, total) clock ticks of all CPUs (idle and iowait are not busy)."""
+    for line in proc_stat.splitlines():
+        if line.startswith("cpu "):
+            ticks = [float(x) for x in line.split()[1:]]
+            total = sum(ticks[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+            return total - ticks[3] - (ticks[4] if len(ticks) > 4 else 0.0), total
+    return None
+
+
+def busy_share(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 # ------------------------------------------------------------ the ramp
 
 
