@@ -25,6 +25,7 @@ from voice_pipeline.server.outbound import Outbound
 from voice_pipeline.server.playback import ListenerTimeline
 from voice_pipeline.server.transport import WebSocketTransport
 from voice_pipeline.telephony.audiosocket_server import AudioSocketTransport
+from voice_pipeline.telephony.twilio_transport import TwilioTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import soak
@@ -178,5 +179,32 @@ async def test_the_audiosocket_transport_keeps_the_latest_turns(turns: int) -> N
             transport.clear(turn)
         books = (transport._queued_pos, transport._floor, transport._played, transport._epoch, transport._log)
         assert all(len(b) <= 66 for b in books), [len(b) for b in books]
+    finally:
+        await transport.aclose()
+
+
+async def test_the_twilio_transport_forgets_marks_never_echoed_and_old_turns() -> None:
+    clock = FakeClock()
+    sent: list[str] = []
+
+    async def send(text: str) -> None:
+        sent.append(text)
+
+    transport = TwilioTransport(send, "MZsoak", lead_ms=10_000_000, mark_every_frames=1, clock=clock)
+    transport.start()
+    try:
+        for turn in range(1, 201):  # 200 replies of 10 frames, a mark after each: none echoed
+            await transport.play(turn, np.ones(1600, dtype=np.int16))
+            while transport._items:  # noqa: ASYNC110 -- the writer drains it
+                await asyncio.sleep(0)
+            clock.advance_ms(200)
+        await asyncio.sleep(0)
+        assert transport.frames_sent == 2000
+        assert len(transport._pending) <= 512  # a far end that never echoes cannot grow them
+        books = (transport._queued_pos, transport._acked, transport._epoch)
+        assert all(len(b) <= 66 for b in books), [len(b) for b in books]
+        last = next(reversed(transport._pending))
+        transport.mark_played(last)  # the latest marks are still understood
+        assert transport.played_samples(200) == 1600
     finally:
         await transport.aclose()
