@@ -17,8 +17,9 @@ from fakes import Fakes
 from procs import free_port
 
 from voice_pipeline.bench.html import to_html
+from voice_pipeline.bench.options import BenchOptions
 from voice_pipeline.bench.report import format_text, to_json
-from voice_pipeline.bench.run import BenchOptions, BenchResult, StepResult, http_url
+from voice_pipeline.bench.run import BenchResult, StepResult, http_url
 from voice_pipeline.bench.scenario import Clip, TurnPlan
 from voice_pipeline.bench.stats import RampVerdict, Scrape
 from voice_pipeline.bench.tracker import AudioCleared, ReplyAudio, SpeechHeard, Tracker, TurnRecorded, result

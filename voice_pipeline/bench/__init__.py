@@ -1,6 +1,6 @@
 """``voice-pipeline bench``: simulated callers against a running server, at the wire.
 
-Pure parts: :mod:`.scenario` (who says what, when), :mod:`.tracker` (attributing
+Pure parts: :mod:`.options` (what to run), :mod:`.scenario` (who says what, when), :mod:`.tracker` (attributing
 what arrives to turns, the client-side figures), :mod:`.stats` (percentiles,
 CPU, the ramp rule), :mod:`.report` (JSON, text, HTML). Thin I/O: :mod:`.caller`
 (the paced microphone and a caller's script), :mod:`.caller_ws` and

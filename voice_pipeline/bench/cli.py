@@ -8,11 +8,15 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from voice_pipeline.bench.errors import BenchError
-from voice_pipeline.bench.run import BenchOptions, BenchResult, run_bench
+from voice_pipeline.bench.options import BenchOptions
 from voice_pipeline.errors import VoicePipelineError
+
+if TYPE_CHECKING:
+    from voice_pipeline.bench.run import BenchResult
 
 DEFAULT_PATHS = {"ws": "/ws", "twilio": "/twilio"}
 
@@ -189,6 +193,7 @@ def _stderr(msg: str) -> None:
 def execute(opts: BenchOptions, config: Path | None = None) -> BenchResult:
     """Run the bench (blocking); errors are :class:`VoicePipelineError` subclasses."""
     from voice_pipeline.bench import report
+    from voice_pipeline.bench.run import run_bench
     from voice_pipeline.bench.scenario import Speech
     from voice_pipeline.bench.speech import piper_speech, wav_speech
     from voice_pipeline.config import load_config

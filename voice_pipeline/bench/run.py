@@ -17,13 +17,14 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from voice_pipeline.bench.caller import Caller, CallerIO, CallerOptions
 from voice_pipeline.bench.caller_twilio import TwilioCaller
 from voice_pipeline.bench.caller_ws import WebSocketCaller
 from voice_pipeline.bench.errors import BenchError, ServerUnreachableError, SessionRefusedError
+from voice_pipeline.bench.options import BenchOptions
 from voice_pipeline.bench.scenario import Speech, interrupt_count, plan_step
 from voice_pipeline.bench.stats import (
     RampStep,
@@ -39,48 +40,11 @@ from voice_pipeline.bench.tracker import TurnResult
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.ledger import STAGES
 
-Protocol = Literal["ws", "twilio"]
 HTTP_TIMEOUT_S = 5.0
 #: refusals that mean "no more sessions now" (the ramp's stop), not a mistake: the session
 #: limit (close 1013) and the per-address rate limit (HTTP 429)
 LIMIT_CODES = {1013: "server_limit", 429: "rate_limit"}
 IDLE_WAIT_S = 15.0
-
-
-@dataclass(frozen=True, slots=True)
-class BenchOptions:
-    url: str
-    protocol: Protocol = "ws"
-    sessions: int = 1
-    turns: int = 5
-    interrupt_share: float = 0.2
-    pause_s: float = 1.0
-    seed: int = 1
-    wav_dir: Path | None = None
-    ramp: bool = False
-    max_sessions: int = 16
-    token: str | None = None
-    #: the ramp's p95 voice-to-voice limit (None = the server's voice_to_voice budget)
-    ramp_budget_ms: float | None = None
-    reply_timeout_s: float = 60.0
-    scrape_interval_s: float = 2.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "protocol": self.protocol,
-            "sessions": self.sessions,
-            "turns": self.turns,
-            "interrupt_share": self.interrupt_share,
-            "pause_s": self.pause_s,
-            "seed": self.seed,
-            "wav_dir": str(self.wav_dir) if self.wav_dir else None,
-            "ramp": self.ramp,
-            "max_sessions": self.max_sessions,
-            "token": "(set)" if self.token else None,
-            "ramp_budget_ms": self.ramp_budget_ms,
-            "reply_timeout_s": self.reply_timeout_s,
-        }
 
 
 @dataclass(slots=True)
