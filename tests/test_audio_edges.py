@@ -249,5 +249,32 @@ async def test_bad_text_frames_close_with_a_reason_and_the_server_goes_on(
     assert word_error_rate(QUESTION, str(good["final"]["text"])) <= MAX_WER  # type: ignore[index]
 
 
+async def test_empty_frames_do_not_keep_an_idle_session_alive(input_engines: Engines, config: Config) -> None:
+    settings = {"port": 0, "idle_timeout_s": 0.6, "max_new_sessions_per_ip_per_min": 0}
+    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, **settings))
+    srv = VoiceServer(input_engines, cfg)
+    await srv.start()
+    try:
+        async with voice_client(url(srv)) as client:
+            await client.start()
+
+            async def empty_frames() -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    while True:
+                        await client.send(b"")
+                        await asyncio.sleep(0.1)
+
+            sender = asyncio.create_task(empty_frames())
+            try:
+                code, reason = await client.wait_closed(10)
+            finally:
+                sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+        assert code == 1000 and reason and reason.startswith("idle")
+        assert not client.of("error")
+    finally:
+        await srv.aclose()
+
+
 def pcm(audio: np.ndarray) -> bytes:
     return to_int16(audio).astype("<i2").tobytes()

@@ -136,7 +136,8 @@ class VoiceConnection:
         return True
 
     async def _on_audio(self, data: bytes) -> bool:
-        """Handle one binary frame; True = it was usable audio."""
+        """Handle one binary frame; True = it carried audio (an empty frame does not keep
+        the session from going idle)."""
         try:
             pcm = self._protocol.binary(data)
         except ClientMessageError as exc:
@@ -148,7 +149,7 @@ class VoiceConnection:
             samples = self._resampler.resample_chunk(samples)
         if len(samples):
             await self.session.push_audio(samples, self._clock())
-        return True
+        return len(pcm) > 0
 
     def _open(self, start: Start) -> None:
         rate = self._cfg.audio.pipeline_rate_hz
