@@ -491,3 +491,24 @@ def test_after_the_fuzzing_good_clients_are_still_served(servers: Servers) -> No
     assert not servers.voice.connections or all(
         c.session is None or c.session.unfinished_tasks() == 0 for c in servers.voice.connections
     )
+
+
+async def test_a_twilio_stream_sending_no_media_is_closed_as_idle() -> None:
+    base = load_config(None)
+    settings = {"port": 0, "idle_timeout_s": 0.6, "max_new_sessions_per_ip_per_min": 0}
+    srv = VoiceServer(
+        Fakes().engines(), dataclasses.replace(base, server=dataclasses.replace(base.server, **settings))
+    )
+    await srv.start()
+    try:
+        async with connect(f"ws://127.0.0.1:{srv.port}/twilio") as ws:
+            await ws.send(GOOD_START)
+            with pytest.raises(ConnectionClosed):
+                async with asyncio.timeout(10):
+                    while True:  # marks, DTMF and junk keep coming, but no audio
+                        await ws.send(json.dumps({"event": "dtmf", "streamSid": SID, "dtmf": {"digit": "1"}}))
+                        await ws.send("junk")
+                        await asyncio.sleep(0.1)
+            assert ws.close_code == 1000 and ws.close_reason.startswith("idle")
+    finally:
+        await srv.aclose()

@@ -84,10 +84,12 @@ class TwilioConnection:
             await self.aclose()
 
     async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
         idle_s = self._cfg.server.idle_timeout_s
+        deadline = loop.time() + idle_s  # moved on by media only: other messages are no audio
         while True:
             try:
-                async with asyncio.timeout(idle_s):
+                async with asyncio.timeout_at(deadline):
                     data = await self._ws.recv()
             except TimeoutError:
                 await self._ws.close(1000, f"idle: no media for {idle_s:g} s")
@@ -105,6 +107,8 @@ class TwilioConnection:
                 continue
             if not await self._on_event(msg):
                 return
+            if isinstance(msg, MediaReceived) and msg.payload:
+                deadline = loop.time() + idle_s
 
     def _error(self, exc: TwilioMessageError) -> None:
         self.errors += 1
