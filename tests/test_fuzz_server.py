@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import json
 import logging
@@ -510,5 +511,27 @@ async def test_a_twilio_stream_sending_no_media_is_closed_as_idle() -> None:
                         await ws.send("junk")
                         await asyncio.sleep(0.1)
             assert ws.close_code == 1000 and ws.close_reason.startswith("idle")
+    finally:
+        await srv.aclose()
+
+
+async def test_an_audiosocket_call_sending_no_audio_is_ended_as_idle() -> None:
+    base = load_config(None)
+    cfg = dataclasses.replace(base, server=dataclasses.replace(base.server, idle_timeout_s=0.6))
+    srv = AudioSocketServer(Fakes().engines(), cfg, "127.0.0.1", 0)
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        writer.write(UUID_FRAME)
+        with contextlib.suppress(ConnectionError):
+            async with asyncio.timeout(10):
+                while not reader.at_eof():  # DTMF keeps coming, but no audio
+                    writer.write(frame(Kind.DTMF, b"1"))
+                    await writer.drain()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.1):
+                            await reader.read(4096)
+        assert reader.at_eof()  # the server hung up
+        writer.close()
     finally:
         await srv.aclose()

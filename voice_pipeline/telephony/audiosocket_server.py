@@ -269,10 +269,12 @@ class AudioSocketServer:
         resamplers: dict[int, soxr.ResampleStream] = {}
         rate = self._cfg.audio.pipeline_rate_hz
         idle_s = self._cfg.server.idle_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + idle_s  # moved on by audio only (DTMF or junk is no audio)
         try:
             while True:
                 try:
-                    async with asyncio.timeout(idle_s):
+                    async with asyncio.timeout_at(deadline):
                         data = await reader.read(4096)
                 except TimeoutError:
                     log.info("audiosocket call %s: idle for %g s", parser.call_id, idle_s)
@@ -310,6 +312,8 @@ class AudioSocketServer:
                                 samples = rs.resample_chunk(samples)
                             if len(samples):
                                 await session.push_audio(samples, self._clock())
+                            if pcm:
+                                deadline = loop.time() + idle_s
                         case DtmfReceived(digit=digit):
                             log.info("audiosocket call %s: DTMF %s", parser.call_id, digit)
                         case HungUp():
