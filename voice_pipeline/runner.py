@@ -52,6 +52,8 @@ class MediaClock:
         self._fed: list[int] = [0]
 
     def fed(self, t_ns: int, samples_fed: int) -> None:
+        if self.realtime:
+            return  # real time needs no history (and an hour of it would be 180k entries)
         self._times.append(t_ns)
         self._fed.append(samples_fed)
 
