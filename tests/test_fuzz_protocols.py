@@ -12,8 +12,9 @@ Properties, for any input whatsoever:
   the same events as the whole stream, raises nothing but :class:`AudioSocketError`,
   and never buffers more than one frame.
 
-Reproducible: ``derandomize=True`` (the examples are derived from the test, not
-a random seed), no deadline (CI machines are slow and shared).
+Reproducible: ``derandomize=True`` and no example database (the examples are
+derived from the test, not a random seed or earlier runs), no deadline (CI
+machines are slow and shared).
 """
 
 from __future__ import annotations
@@ -61,13 +62,25 @@ from voice_pipeline.telephony.twilio import (
 )
 
 MANY = settings(
-    max_examples=2000, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=2000,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 SEQUENCES = settings(
-    max_examples=800, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=800,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 SOME = settings(
-    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 MAX_FRAME = 4096
 MAX_ERROR_CHARS = 300  # an error message never echoes the client's megabyte back

@@ -62,6 +62,7 @@ FUZZ = settings(
     max_examples=300,
     deadline=None,
     derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 
