@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/soak.py --minutes 60            # the full hour (a few minutes)
     .venv/bin/python benchmarks/soak.py --minutes 3 --every 30  # quick look
     .venv/bin/python benchmarks/soak.py --minutes 60 --tracemalloc --json soak.json
+    .venv/bin/python benchmarks/soak.py --minutes 60 --real     # real models, espeak-ng question
 
 A :class:`~voice_pipeline.session.Session` talks to a simulated WebSocket client
 through the server's own transport (:class:`WebSocketTransport` over an
@@ -12,7 +13,9 @@ played every 100 ms, and every third turn speaks over the reply (a barge-in:
 ``audio.clear``, acknowledged with ``cleared``). The clock is a fake one moved
 by the audio fed, so an hour of conversation takes a few minutes; the engines
 are the fakes of ``tests/fakes.py`` (this measures the pipeline's bookkeeping,
-not the models).
+not the models). With ``--real`` they are the real models and the user asks a
+question spoken by espeak-ng each turn; the fake clock then waits (in real
+time) for each reply to begin, as a caller would, so replies are heard.
 
 Every ``--every`` simulated seconds it prints RSS, Python heap (with
 ``--tracemalloc``) and the length of every structure that could grow with the
@@ -38,12 +41,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the fake engines
 
-from fakes import FakeClock, Fakes, counting_executor, silence, tone  # noqa: E402
+from fakes import FakeClock, Fakes, counting_executor, tone  # noqa: E402
 
 from voice_pipeline.config import Config, load_config  # noqa: E402
+from voice_pipeline.engines import Engines  # noqa: E402
 from voice_pipeline.server.outbound import Outbound  # noqa: E402
 from voice_pipeline.server.transport import WebSocketTransport  # noqa: E402
 from voice_pipeline.session import Session  # noqa: E402
@@ -55,6 +62,7 @@ CYCLE_S = 8.0  # one turn every 8 s of conversation
 SPEECH_S = 1.0
 BARGE_AT_S, BARGE_S = 2.6, 1.2  # every third turn the user speaks over the reply
 REPORT_EVERY_CHUNKS = 5  # a playback report every 100 ms
+QUESTION = "What is the capital of France?"  # what the user says with --real
 
 
 class SimulatedClient:
@@ -66,6 +74,7 @@ class SimulatedClient:
         self.cleared: int | None = None  # a clear to acknowledge in the next report
         self.messages = 0
         self.audio_frames = 0
+        self.awaiting: set[int] = set()  # turns transcribed, no reply audio or end yet
         self._turn = 0
 
     async def send(self, message: str | bytes) -> None:
@@ -75,6 +84,10 @@ class SimulatedClient:
             return
         self.messages += 1
         msg = json.loads(message)
+        if msg["type"] == "transcript.final":
+            self.awaiting.add(int(msg["turn_id"]))
+        elif msg["type"] in ("assistant.audio", "turn.latency", "reply.interrupted", "turn.failed"):
+            self.awaiting.discard(int(msg["turn_id"]))
         if msg["type"] == "assistant.audio":
             self._turn = int(msg["turn_id"])
         elif msg["type"] == "audio.clear":
@@ -133,15 +146,35 @@ def measure(session: Session, transport: WebSocketTransport, out: Outbound) -> d
     }
 
 
+def scripts(speech: NDArray[np.float32]) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+    """One cycle of the user's microphone: ``speech`` then silence; and the same with the
+    start of ``speech`` again over the reply (a barge-in)."""
+    speech_s = len(speech) / RATE
+    cycle_s = max(CYCLE_S, speech_s + 6.0)
+    plain = np.zeros(round(cycle_s / CHUNK_S) * round(CHUNK_S * RATE), dtype=np.float32)
+    plain[: len(speech)] = speech
+    barge = plain.copy()
+    at = round((speech_s + BARGE_AT_S - SPEECH_S) * RATE)
+    over = speech[: round(BARGE_S * RATE)]
+    barge[at : at + len(over)] = over
+    return plain, barge
+
+
 async def soak(
     minutes: float,
     *,
     every_s: float = 60.0,
     cfg: Config | None = None,
+    engines: Engines | None = None,
+    speech: NDArray[np.float32] | None = None,
     trace: bool = False,
     on_sample: Callable[[Sample], None] = lambda s: None,
 ) -> list[Sample]:
-    """Run the simulated conversation for ``minutes`` of audio; one :class:`Sample` per ``every_s``."""
+    """Run the simulated conversation for ``minutes`` of audio; one :class:`Sample` per ``every_s``.
+
+    ``engines``: the engines to use (default: the fakes); ``speech``: what the user says each
+    turn (16 kHz float32; default: a 1 s tone, which the fake VAD takes for speech).
+    """
     cfg = cfg or load_config(None)
     clock = FakeClock()
     executor = counting_executor()
@@ -155,10 +188,11 @@ async def soak(
     out.on_audio_sent = transport.audio_sent
     out.start()
     fakes = Fakes()
-    session = Session(fakes.engines(), cfg, transport, clock=clock)
-    speech, quiet = tone(CHUNK_S, RATE), silence(CHUNK_S, RATE)
+    session = Session(engines or fakes.engines(), cfg, transport, clock=clock)
+    plain, barged = scripts(tone(SPEECH_S, RATE) if speech is None else speech)
+    step = round(CHUNK_S * RATE)
     chunks = round(minutes * 60 / CHUNK_S)
-    per_cycle = round(CYCLE_S / CHUNK_S)
+    per_cycle = len(plain) // step
     sample_every = max(1, round(every_s / CHUNK_S))
     samples: list[Sample] = []
     if trace:
@@ -167,9 +201,8 @@ async def soak(
     try:
         for i in range(1, chunks + 1):
             cycle, k = divmod(i - 1, per_cycle)
-            t = k * CHUNK_S
-            barge = cycle % 3 == 2 and BARGE_AT_S <= t < BARGE_AT_S + BARGE_S
-            chunk = speech if t < SPEECH_S or barge else quiet
+            script = barged if cycle % 3 == 2 else plain
+            chunk = script[k * step : (k + 1) * step]
             clock.advance(round(CHUNK_S * 1e9))
             client.advance(CHUNK_S)
             await session.push_audio(chunk, clock())
@@ -177,6 +210,7 @@ async def soak(
                 transport.report_playback(client.played, client.cleared)
                 client.cleared = None
             await settle(executor)
+            await first_audio(client)
             if i % per_cycle == 0:  # the fakes' own logs of every request are not the pipeline's
                 for log in (fakes.llm.requests, fakes.llm.started, fakes.llm.finished, fakes.llm.aborted):
                     log.clear()
@@ -195,6 +229,14 @@ async def soak(
         if trace:
             tracemalloc.stop()
     return samples
+
+
+async def first_audio(client: SimulatedClient, timeout_s: float = 30.0) -> None:
+    """Hold the fake clock while a transcribed turn's reply has not begun (real engines
+    take real time; the simulated user waits for an answer as a person would)."""
+    deadline = time.monotonic() + timeout_s
+    while client.awaiting and time.monotonic() < deadline:  # noqa: ASYNC110 -- real engines' work
+        await asyncio.sleep(0.002)
 
 
 async def settle(executor: Any) -> None:
@@ -218,16 +260,46 @@ def print_sample(s: Sample) -> None:
     sys.stdout.flush()
 
 
+async def real_soak(args: argparse.Namespace) -> list[Sample]:
+    from speech import espeak
+
+    from voice_pipeline.models import prepare_models
+
+    cfg = load_config(None)
+    engines = Engines.load(cfg, prepare_models(cfg, progress=print), progress=print)
+    await engines.warm_up()
+    try:
+        return await soak(
+            args.minutes,
+            every_s=args.every,
+            cfg=cfg,
+            engines=engines,
+            speech=espeak(QUESTION),
+            trace=args.tracemalloc,
+            on_sample=print_sample,
+        )
+    finally:
+        await engines.aclose()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=60.0, help="simulated minutes of conversation")
     ap.add_argument("--every", type=float, default=60.0, help="print a sample every N simulated seconds")
     ap.add_argument("--tracemalloc", action="store_true", help="also measure the Python heap (slower)")
     ap.add_argument("--json", type=Path, help="write the samples here")
-    args = ap.parse_args()
-    samples = asyncio.run(
-        soak(args.minutes, every_s=args.every, trace=args.tracemalloc, on_sample=print_sample)
+    ap.add_argument(
+        "--real",
+        action="store_true",
+        help="the real models (Silero, Whisper, vLLM, Piper) and a spoken question (espeak-ng)",
     )
+    args = ap.parse_args()
+    if args.real:
+        samples = asyncio.run(real_soak(args))
+    else:
+        samples = asyncio.run(
+            soak(args.minutes, every_s=args.every, trace=args.tracemalloc, on_sample=print_sample)
+        )
     if len(samples) >= 2:
         first, last = samples[0], samples[-1]
         print(

@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fakes import FakeClock
+from speech import espeak
 
 from voice_pipeline.config import BudgetConfig
+from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import KEEP_RECORDS, KEEP_SAMPLES, SessionLedger, TurnRecord, WorkAccount
 from voice_pipeline.server.outbound import Outbound
 from voice_pipeline.server.playback import ListenerTimeline
@@ -208,3 +210,16 @@ async def test_the_twilio_transport_forgets_marks_never_echoed_and_old_turns() -
         assert transport.played_samples(200) == 1600
     finally:
         await transport.aclose()
+
+
+@pytest.mark.real_models
+async def test_a_simulated_call_with_the_real_models_keeps_every_structure_bounded(engines: Engines) -> None:
+    """The same, with Silero, Whisper, vLLM and Piper and a spoken question each turn (the fake
+    clock waits for each reply to begin, as a caller would)."""
+    samples = await soak.soak(2.0, every_s=30.0, engines=engines, speech=espeak(soak.QUESTION))
+    for s in samples:
+        print(f"{s.simulated_s:5.0f} s rss {s.rss_mb:6.1f} MB {s.sizes}")
+        for name, cap in CAPS.items():
+            assert s.sizes[name] <= cap, (s.simulated_s, name, s.sizes[name])
+    last = samples[-1].sizes
+    assert last["turns_completed"] >= 10 and last["timeline_turns"] >= 5  # answers were heard
