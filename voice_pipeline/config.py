@@ -91,17 +91,22 @@ class LLMConfig:
     #: OpenMP threads of the in-process vLLM engine (0 = the measured default; an
     #: ``OMP_NUM_THREADS`` set by the user wins)
     threads: int = 0
-    #: spoken (and kept out of the history) when the LLM fails or stalls; "" = silent
+    #: spoken (and kept out of the history) when the ASR, LLM or TTS fails or stalls during a
+    #: turn; "" = silent (the turn.failed event is sent either way)
     apology: str = "Sorry, I can't answer that right now."
-    #: remote engine: after a failure, wait this long before the next request is tried
-    #: (doubling per consecutive failure up to retry_max_s); meanwhile /healthz says degraded
+    #: remote engine: after a failure, new requests fail at once (with the apology) for this
+    #: long before the next one is tried (doubling per consecutive failure up to retry_max_s);
+    #: /healthz says degraded from the failure until a request succeeds again
     retry_initial_s: float = 0.5
     retry_max_s: float = 10.0
-    #: conversation history sent with each request is cut to about this many tokens
-    #: (oldest turns dropped first; the system prompt and the new user turn always stay)
+    #: each request (system prompt + past turns + the new user message) is cut to about this
+    #: many tokens, and the session keeps no more history than fits: oldest whole turns are
+    #: dropped first; the system prompt and the new user message always stay (tokens are
+    #: estimated, see voice_pipeline.turns.estimate_tokens)
     history_max_tokens: int = 1024
-    #: if the first clause of the reply is not ready this long after the end of the
-    #: user's turn, speak ``filler_text`` first (0 = off)
+    #: if the first clause of the reply is not ready this long after the end of the user's
+    #: speech, speak ``filler_text`` first (0 = off); the ledger records it apart
+    #: (``filler_ms``), voice_to_voice still ends at the reply's own first audio
     filler_after_ms: int = 0
     filler_text: str = "Hmm, let me think."
     #: start the LLM on the speculative transcript while the end-of-turn silence runs;
