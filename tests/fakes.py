@@ -197,7 +197,7 @@ class FakeLLM:
         self.reply = reply
         self.token_delay_s = token_delay_s
         self.fail_after: int | None = None
-        self.error: EngineError = EngineError("the LLM stream broke", retryable=True)
+        self.error: Exception = EngineError("the LLM stream broke", retryable=True)
         self.requests: list[LLMRequest] = []
         self.started: list[str] = []
         self.finished: list[str] = []
@@ -234,7 +234,7 @@ class FakeLLM:
                     await self._resume.wait()
                 if fail_after is not None and i == fail_after:
                     outcome = self.failed
-                    if self.error.retryable:
+                    if isinstance(self.error, EngineError) and self.error.retryable:
                         self.tracker.failed(time.monotonic_ns(), str(self.error))
                     raise self.error
                 await asyncio.sleep(self.token_delay_s)

@@ -1022,6 +1022,26 @@ async def test_a_stream_dropped_mid_reply_keeps_what_was_said_then_apologizes(h:
     ]
 
 
+async def test_an_unexpected_exception_in_the_prefetched_llm_stream_fails_only_the_turn(h: Harness) -> None:
+    h.fakes.llm.fail_after, h.fakes.llm.error = 2, RuntimeError("a bug in an engine wrapper")
+    await h.driver.speak(0.4)
+    await h.driver.quiet_until(lambda: h.completed(1))
+    assert h.record(1).llm_prefetched
+    (failed,) = h.transport.of(ev.TurnFailed, 1)
+    assert (failed.stage, failed.message, failed.retryable) == (
+        "llm",
+        "internal error in llm: RuntimeError",
+        False,
+    )
+    assert h.fakes.tts.texts == [h.cfg.llm.apology]
+    h.fakes.llm.fail_after = None
+    await h.driver.speak(0.4)
+    await h.driver.quiet_until(lambda: h.completed(2))
+    assert h.record(2).assistant_text == REPLY
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+
+
 async def test_an_unexpected_exception_in_tts_fails_only_the_turn(h: Harness) -> None:
     h.fakes.tts.error = RuntimeError("onnxruntime exploded")
     await h.driver.speak(0.4)

@@ -171,7 +171,7 @@ class PrefetchedStream:
                 async for delta in stream:
                     self.push(delta)
             self.close()
-        except EngineError as exc:
+        except Exception as exc:  # the reply raises it: the turn fails (not the prefetch task)
             self.close(exc)
         except asyncio.CancelledError:
             self.close(EngineError("the prefetched request was dropped", retryable=True))

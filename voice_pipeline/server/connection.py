@@ -23,7 +23,7 @@ from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.server.metrics import ServerMetrics
-from voice_pipeline.server.outbound import Outbound
+from voice_pipeline.server.outbound import Outbound, bound_send_buffer
 from voice_pipeline.server.protocol import (
     ClientMessageError,
     ClientProtocol,
@@ -63,6 +63,7 @@ class VoiceConnection:
         self._metrics = metrics
         self._clock = clock
         self._protocol = ClientProtocol(cfg.server.max_frame_bytes)
+        bound_send_buffer(ws.transport)  # with the bounded queue: a non-reader holds little
         self._out = Outbound(
             ws,
             max_events=cfg.server.max_queued_events,
@@ -74,6 +75,11 @@ class VoiceConnection:
         self.transport: WebSocketTransport | None = None
         self._resampler: soxr.ResampleStream | None = None
         self._closed = False
+
+    @property
+    def outbound(self) -> Outbound:
+        """The connection's bounded send queue."""
+        return self._out
 
     async def run(self) -> None:
         """Serve the client until it stops, goes idle or disconnects, or the server closes."""

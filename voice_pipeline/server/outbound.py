@@ -12,12 +12,21 @@ server's memory:
   reading: the queue is dropped, nothing more is queued, and the connection is
   closed with 1008 (policy) and the reason ``client not reading``. (A client that
   stops reading also stops answering pings, so keepalive closes it too.)
+
+Below the queue, what one connection can hold is bounded too: the writer sends one
+item at a time, and websockets' ``send`` waits while its write buffer is over
+``write_limit`` (32 KiB by default, plus the frame being written); the kernel's
+socket send buffer is fixed at :data:`SEND_BUFFER_BYTES` by :func:`bound_send_buffer`
+(Linux autotunes it up to 4 MiB otherwise). :attr:`Outbound.queued_bytes` is what the
+queue holds now.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +39,17 @@ from voice_pipeline.clock import now_ns
 log = logging.getLogger(__name__)
 
 OVERFLOW_CLOSE_CODE = 1008
+#: kernel send buffer of a client's socket (Linux doubles it for bookkeeping): ~128 KiB
+#: is > 1 s of 48 kHz audio, enough to keep a listener fed at any sane round-trip time
+SEND_BUFFER_BYTES = 64 * 1024
+
+
+def bound_send_buffer(transport: asyncio.BaseTransport) -> None:
+    """Fix the socket's kernel send buffer at :data:`SEND_BUFFER_BYTES` (no autotuning)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
 OVERFLOW_REASON = "client not reading: outbound queue full"
 
 
@@ -71,6 +91,7 @@ class Outbound:
         self._clock = clock
         self._queue: deque[_Text | _Audio] = deque()
         self._events = 0  # _Text items queued
+        self._bytes = 0  # payload bytes queued
         self._audio: dict[int, int] = {}  # turn -> samples queued
         self._wake = asyncio.Event()  # something to write
         self._progress = asyncio.Event()  # replaced on every change; waiters hold the old one
@@ -94,7 +115,17 @@ class Outbound:
             return
         self._queue.append(_Text(data))
         self._events += 1
+        self._bytes += len(data)
         self._wake.set()
+
+    @property
+    def events_queued(self) -> int:
+        return self._events
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of text and audio frames waiting for the writer."""
+        return self._bytes
 
     @property
     def audio_queued(self) -> int:
@@ -113,6 +144,7 @@ class Outbound:
             return
         self._queue.append(_Audio(turn_id, header, pcm, samples))
         self._audio[turn_id] = self._audio.get(turn_id, 0) + samples
+        self._bytes += len(header) + len(pcm)
         self._wake.set()
 
     def drop_audio(self, turn_id: int) -> int:
@@ -122,6 +154,7 @@ class Outbound:
             self._queue = deque(
                 i for i in self._queue if not (isinstance(i, _Audio) and i.turn_id == turn_id)
             )
+            self._bytes = sum(_size(i) for i in self._queue)
             self._notify()
         return dropped
 
@@ -156,6 +189,7 @@ class Outbound:
                     self._wake.clear()
                     await self._wake.wait()
                 item = self._queue.popleft()
+                self._bytes -= _size(item)
                 if isinstance(item, _Text):
                     self._events -= 1
                     await self._ws.send(item.data)
@@ -176,6 +210,7 @@ class Outbound:
         self.closed = True
         self._queue.clear()
         self._events = 0
+        self._bytes = 0
         self._audio.clear()
         self._notify()
 
@@ -196,3 +231,7 @@ class Outbound:
         if self._writer is not None:
             self._writer.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _size(item: _Text | _Audio) -> int:
+    return len(item.data) if isinstance(item, _Text) else len(item.header) + len(item.pcm)
