@@ -169,7 +169,8 @@ class VLLMEngine:
             raise
         except Exception as exc:
             error = self._engine_error(exc)
-            self._health.failed(time.monotonic_ns(), str(error))
+            if error.retryable or self._engine is None or self._engine.errored:  # not a bad request
+                self._health.failed(time.monotonic_ns(), str(error))
             raise error from exc
         finally:
             self._active.discard(request_id)
