@@ -3,9 +3,13 @@ conversation history's token budget. No event loop, no models."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from test_server_transport import FakeSocket
 
 from llm.base import ChatMessage, HealthTracker, LLMHealth
+from voice_pipeline.server.outbound import Outbound
 from voice_pipeline.turns import (
     MESSAGE_OVERHEAD_TOKENS,
     estimate_tokens,
@@ -122,3 +126,26 @@ def test_request_budget_leaves_room_for_system_prompt_new_message_and_generation
     system, user = ChatMessage("system", "x" * 40), u("y" * 8)
     assert request_budget(100, system, user) == 100 - (10 + 5) - (2 + 5) - 3
     assert request_budget(10, system, user) < 0
+
+
+# ---------------------------------------------------------------- the bounded send queue
+
+
+async def test_outbound_counts_the_bytes_it_holds_and_drops_them_on_overflow() -> None:
+    sock = FakeSocket()
+    sock.open.clear()  # a client that stopped reading: send() never returns
+    out = Outbound(sock, max_events=4, max_audio_samples=1000)
+    out.start()
+    out.put_audio(1, "h" * 10, b"\x00" * 200, 100)
+    out.send_text("abc")
+    out.put_audio(2, "h" * 10, b"\x00" * 400, 200)
+    assert out.queued_bytes == 210 + 3 + 410 and out.events_queued == 1
+    await asyncio.sleep(0.01)  # the writer took the first item and is stuck sending it
+    assert out.queued_bytes == 3 + 410
+    assert out.drop_audio(2) == 200
+    assert out.queued_bytes == 3
+    for i in range(4):
+        out.send_text(f"e{i}")  # the fifth event overflows: everything is dropped
+    assert out.overflowed and out.queued_bytes == 0 and out.events_queued == 0
+    await out.aclose()
+    assert sock.closed is not None and sock.closed[0] == 1008
