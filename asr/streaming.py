@@ -65,6 +65,9 @@ class FinalTranscript:
     speculative: bool
     #: how long :meth:`UtteranceTranscriber.final` waited for the transcript
     waited_ms: float
+    #: when the engine started and finished the decode used (clock ns; the ledger's compute span)
+    decode_start_ns: int = 0
+    decode_end_ns: int = 0
 
 
 # ---------------------------------------------------------------- decisions
@@ -87,11 +90,20 @@ def partial_due(
     return buffered_samples - last_partial_samples >= interval_samples
 
 
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A decode's result and when the engine worked on it (clock ns, stamped in its thread)."""
+
+    result: Transcription
+    start_ns: int
+    end_ns: int
+
+
 @dataclass(slots=True)
 class Speculation:
     """A final decode started at the pause. ``valid`` drops to False when speech resumes."""
 
-    task: asyncio.Task[Transcription]
+    task: asyncio.Task[Decoded]
     utterance: int
     valid: bool = True
 
@@ -109,7 +121,8 @@ class UtteranceTranscriber:
     """Streaming transcription of one session's utterances, one at a time.
 
     ``executor`` runs the blocking decodes (``None``: the loop's default executor).
-    ``clock`` returns monotonic nanoseconds (for ``waited_ms``).
+    ``clock`` returns monotonic nanoseconds (for ``waited_ms``); ``stamp`` is the clock the
+    decodes' compute spans are stamped with, in the decoding thread (the session's clock).
     """
 
     def __init__(
@@ -119,8 +132,10 @@ class UtteranceTranscriber:
         *,
         executor: Executor | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
+        stamp: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self._engine = engine
+        self._stamp = stamp
         self._cfg = cfg
         self._executor = executor
         self._clock = clock
@@ -133,7 +148,7 @@ class UtteranceTranscriber:
         self._last_partial: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._partial_running = False
         self._speculation: Speculation | None = None
-        self._tasks: set[asyncio.Task[Transcription]] = set()
+        self._tasks: set[asyncio.Task[Decoded]] = set()
         self._closed = False
 
     # ------------------------------------------------------------ audio in
@@ -195,7 +210,7 @@ class UtteranceTranscriber:
         self._last_partial_samples = samples
         self._partial_running = True
         try:
-            result = await self._decode(audio)
+            result = (await self._decode(audio)).result
         finally:
             if utterance == self._utterance:
                 self._partial_running = False
@@ -222,9 +237,7 @@ class UtteranceTranscriber:
         running or done.
         """
         self._check_open()
-        if not self._cfg.speculative_final or speculation_usable(
-            self._speculation, self._utterance
-        ):
+        if not self._cfg.speculative_final or speculation_usable(self._speculation, self._utterance):
             return
         task = self._spawn(self._decode(self._snapshot()))
         self._speculation = Speculation(task, self._utterance)
@@ -243,11 +256,12 @@ class UtteranceTranscriber:
         spec = self._speculation
         if speculation_usable(spec, self._utterance):
             assert spec is not None
-            result = await self._await_speculation(spec)
+            decoded = await self._await_speculation(spec)
             speculative = True
         else:
-            result = await self._decode(self._snapshot())
+            decoded = await self._decode(self._snapshot())
             speculative = False
+        result = decoded.result
         return FinalTranscript(
             text=result.text,
             words=result.words,
@@ -255,6 +269,8 @@ class UtteranceTranscriber:
             decode_ms=result.decode_ms,
             speculative=speculative,
             waited_ms=(self._clock() - t0) / 1e6,
+            decode_start_ns=decoded.start_ns,
+            decode_end_ns=decoded.end_ns,
         )
 
     # ------------------------------------------------------------ lifetime
@@ -285,7 +301,7 @@ class UtteranceTranscriber:
         if self._closed:
             raise EngineError("UtteranceTranscriber is closed", retryable=False)
 
-    async def _await_speculation(self, spec: Speculation) -> Transcription:
+    async def _await_speculation(self, spec: Speculation) -> Decoded:
         # shielded: if final() is cancelled the speculation stays usable (aclose ends it)
         try:
             return await asyncio.shield(spec.task)
@@ -307,17 +323,21 @@ class UtteranceTranscriber:
             return np.zeros(0, dtype=np.float32)
         return self._chunks[0]
 
-    async def _decode(self, audio: NDArray[np.float32]) -> Transcription:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._engine.transcribe, audio)
+    async def _decode(self, audio: NDArray[np.float32]) -> Decoded:
+        def run() -> Decoded:
+            start = self._stamp()
+            result = self._engine.transcribe(audio)
+            return Decoded(result, start, self._stamp())
 
-    def _spawn(self, coro: Coroutine[Any, Any, Transcription]) -> asyncio.Task[Transcription]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Decoded]) -> asyncio.Task[Decoded]:
         task = asyncio.get_running_loop().create_task(coro, name="asr-speculative-final")
         self._tasks.add(task)
         task.add_done_callback(self._forget)
         return task
 
-    def _forget(self, task: asyncio.Task[Transcription]) -> None:
+    def _forget(self, task: asyncio.Task[Decoded]) -> None:
         self._tasks.discard(task)
         if not task.cancelled():
             task.exception()  # a dropped speculation's error is not "never retrieved"

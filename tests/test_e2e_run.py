@@ -15,14 +15,11 @@ from speech import concat, espeak, normalize, silence, word_error_rate
 
 from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import CRITICAL_PATH
+from voice_pipeline.ledger import COMPUTE_SPANS, CRITICAL_PATH
 from voice_pipeline.runner import RunResult, run_audio
 
 if TYPE_CHECKING:
     from asr.base import ASREngine
-    from llm.base import LLM
-    from tts.base import TTS
-    from vad.base import VAD
     from voice_pipeline.config import Config
 
 pytestmark = pytest.mark.real_models
@@ -99,3 +96,14 @@ def test_output_timeline_agrees_with_ledger(
         assert audible.size, "no reply audio after the question"
         v2v_out_ms = audible[0] / rate * 1000
         assert abs(v2v_out_ms - rec.stages_ms["voice_to_voice"]) < 100, (v2v_out_ms, rec.stages_ms)
+
+
+def test_critical_path_compute_spans_and_overhead(result: RunResult) -> None:
+    """Each reply's voice_to_voice window holds the four compute spans; the overhead is the
+    part no span covers, so it is at least the window minus their sum and never negative."""
+    for rec in result.records:
+        assert set(rec.compute_ms) == set(COMPUTE_SPANS), rec.compute_ms
+        assert all(rec.compute_ms[name] > 0 for name in COMPUTE_SPANS), rec.compute_ms
+        v2v = rec.stages_ms["voice_to_voice"]
+        assert rec.overhead_ms is not None and 0 <= rec.overhead_ms <= v2v
+        assert rec.overhead_ms >= v2v - sum(rec.compute_ms.values()) - 0.01

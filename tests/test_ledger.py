@@ -20,6 +20,8 @@ from voice_pipeline.ledger import (
     TurnLedger,
     TurnRecord,
     WorkAccount,
+    covered_ns,
+    critical_path,
     percentile,
 )
 
@@ -466,3 +468,52 @@ def test_as_dict_lists_breaches_rounded() -> None:
     marks = d["marks"]
     assert isinstance(marks, dict)
     assert marks["speech_end"] == round((T0 + 1000 * MS) / 1e6, 1)
+
+
+# ---------------------------------------------------------------- critical path
+
+
+@pytest.mark.parametrize(
+    ("spans", "expected"),
+    [
+        ([], 0),
+        ([(0, 10)], 10),
+        ([(-5, 3)], 3),  # clipped to the window
+        ([(95, 200)], 5),
+        ([(10, 20), (15, 30)], 20),  # overlaps count once
+        ([(10, 20), (30, 40)], 20),
+        ([(30, 40), (10, 20), (12, 18)], 20),  # order and nesting do not matter
+        ([(200, 300)], 0),
+        ([(50, 40)], 0),  # empty
+    ],
+)
+def test_covered_ns(spans: list[tuple[int, int]], expected: int) -> None:
+    assert covered_ns(0, 100, spans) == expected
+
+
+def test_critical_path_overhead_is_the_uncovered_part_of_voice_to_voice() -> None:
+    marks = {Mark.SPEECH_END: 1_000_000_000, Mark.FIRST_AUDIO_SENT: 1_600_000_000}
+    spans = {
+        "endpoint_wait": (1_000_000_000, 1_300_000_000),
+        "asr_final": (1_050_000_000, 1_150_000_000),  # hidden in the wait
+        "llm": (1_150_000_000, 1_450_000_000),
+        "tts": (1_480_000_000, 1_580_000_000),
+    }
+    path = critical_path(marks, spans)
+    assert path is not None
+    compute, overhead = path
+    assert compute == {"endpoint_wait": 300.0, "asr_final": 100.0, "llm": 300.0, "tts": 100.0}
+    assert overhead == 50.0  # 1450-1480 and 1580-1600
+    assert critical_path({Mark.SPEECH_END: 5}, spans) is None
+
+
+def test_turn_record_carries_compute_and_overhead() -> None:
+    led = TurnLedger(1, BudgetConfig())
+    led.mark(Mark.SPEECH_END, 0)
+    led.compute("llm", 10_000_000, 50_000_000)
+    led.compute("llm", 0, 90_000_000)  # the first span of a name wins
+    led.mark(Mark.FIRST_AUDIO_SENT, 100_000_000)
+    rec = led.finish(user_text="q", assistant_text="a", heard_text="a", interrupted=False, audio_heard_s=1.0)
+    assert rec.compute_ms == {"llm": 40.0}
+    assert rec.overhead_ms == 60.0
+    assert rec.as_dict()["critical_path"] == {"compute_ms": {"llm": 40.0}, "overhead_ms": 60.0}

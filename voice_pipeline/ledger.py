@@ -77,6 +77,41 @@ BARGE_IN_STOP = Stage("barge_in_stop", Mark.BARGE_IN_ONSET, Mark.FLUSH_SENT, "ba
 STAGES: tuple[Stage, ...] = (*CRITICAL_PATH, TOTAL, BARGE_IN_STOP)
 
 
+#: compute spans on the critical path (see :func:`critical_path`): the end-of-turn wait
+#: (VAD hangover + the configured silence), the final ASR decode used, the LLM from its
+#: request to the first clause, Piper synthesizing that clause
+COMPUTE_SPANS = ("endpoint_wait", "asr_final", "llm", "tts")
+
+
+def covered_ns(start: int, end: int, spans: Iterable[tuple[int, int]]) -> int:
+    """How much of ``[start, end)`` the union of ``spans`` covers (overlaps count once)."""
+    clipped = sorted((max(a, start), min(b, end)) for a, b in spans if min(b, end) > max(a, start))
+    total, reach = 0, start
+    for a, b in clipped:
+        a = max(a, reach)
+        if b > a:
+            total += b - a
+            reach = b
+    return total
+
+
+def critical_path(
+    marks: dict[Mark, int], spans: dict[str, tuple[int, int]]
+) -> tuple[dict[str, float], float] | None:
+    """Model compute on the voice-to-voice path, and the pipeline's overhead.
+
+    The window is ``speech_end -> first_audio_sent``. Each span is clipped to it; the
+    overhead is the part of the window no span covers: time in which no model was
+    working on this reply and no required wait ran (queues, scheduling, hand-offs,
+    resampling, the event loop). None when the turn has no voice_to_voice.
+    """
+    start, end = marks.get(Mark.SPEECH_END), marks.get(Mark.FIRST_AUDIO_SENT)
+    if start is None or end is None or end < start:
+        return None
+    compute = {name: covered_ns(start, end, [span]) / 1e6 for name, span in spans.items()}
+    return compute, (end - start - covered_ns(start, end, spans.values())) / 1e6
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetBreach:
     stage: str
@@ -130,6 +165,10 @@ class TurnRecord:
     failed: str | None = None
     #: end of user speech -> filler audio sent, if a filler was spoken (not voice_to_voice)
     filler_ms: float | None = None
+    #: model compute inside voice_to_voice, per span of :data:`COMPUTE_SPANS` (ms)
+    compute_ms: dict[str, float] = field(default_factory=dict)
+    #: voice_to_voice minus the union of the compute spans (ms); None without voice_to_voice
+    overhead_ms: float | None = None
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
         marks = (
@@ -153,6 +192,10 @@ class TurnRecord:
             "interruption": self.interruption,
             "failed": self.failed,
             "filler_ms": None if self.filler_ms is None else round(self.filler_ms, 1),
+            "critical_path": {
+                "compute_ms": {k: round(v, 1) for k, v in self.compute_ms.items()},
+                "overhead_ms": None if self.overhead_ms is None else round(self.overhead_ms, 1),
+            },
             "work": {
                 "llm_tokens": self.work.llm_tokens,
                 "wasted_tokens": self.work.wasted_tokens,
@@ -170,6 +213,7 @@ class TurnLedger:
         self.turn_id = turn_id
         self._budget = budget
         self._marks: dict[Mark, int] = {}
+        self._spans: dict[str, tuple[int, int]] = {}
         self._breaches: list[BudgetBreach] = []
         self.llm_tokens = 0
         self.audio_synthesized_s = 0.0
@@ -196,6 +240,11 @@ class TurnLedger:
         self._breaches.extend(new)
         return new
 
+    def compute(self, name: str, start_ns: int, end_ns: int) -> None:
+        """Record a model's compute span on the critical path (the first one of a name wins)."""
+        if name not in self._spans and end_ns >= start_ns:
+            self._spans[name] = (start_ns, end_ns)
+
     def has(self, mark: Mark) -> bool:
         return mark in self._marks
 
@@ -221,6 +270,7 @@ class TurnLedger:
         audio_heard_s: float,
     ) -> TurnRecord:
         speech_end, filler = self._marks.get(Mark.SPEECH_END), self._marks.get(Mark.FILLER_SENT)
+        path = critical_path(self._marks, self._spans)
         return TurnRecord(
             turn_id=self.turn_id,
             user_text=user_text,
@@ -244,6 +294,8 @@ class TurnLedger:
             interruption=self.interruption,
             failed=self.failed,
             filler_ms=None if speech_end is None or filler is None else (filler - speech_end) / 1e6,
+            compute_ms={} if path is None else path[0],
+            overhead_ms=None if path is None else path[1],
         )
 
 

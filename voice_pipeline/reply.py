@@ -46,6 +46,8 @@ from voice_pipeline.transport import Transport
 log = logging.getLogger(__name__)
 
 MarkFn = Callable[[Mark, int], None]
+#: records a model's compute span on the critical path: (name, start_ns, end_ns)
+ComputeFn = Callable[[str, int, int], None]
 SleepUntil = Callable[[int], Awaitable[None]]
 
 
@@ -155,9 +157,10 @@ class PrefetchedStream:
     for a fresh request. Whoever pumps it calls :meth:`push` and :meth:`close`.
     """
 
-    def __init__(self, user_text: str, history_version: int) -> None:
+    def __init__(self, user_text: str, history_version: int, started_ns: int = 0) -> None:
         self.user_text = user_text
         self.history_version = history_version  # the conversation it was asked with
+        self.started_ns = started_ns  # when the request was made (the LLM's compute span)
         self._items: list[LLMDelta] = []
         self._done = False
         self._error: BaseException | None = None
@@ -211,6 +214,7 @@ class Reply:
         clock: Callable[[], int],
         mark: MarkFn,
         speaker: ReplySpeaker,
+        compute: ComputeFn,
         phrases: Phrases,
         sleep_until: SleepUntil,
     ) -> None:
@@ -220,6 +224,7 @@ class Reply:
         self._transport = transport
         self._clock = clock
         self._mark = mark
+        self._compute = compute
         self.speaker = speaker
         self._phrases = phrases
         self._sleep_until = sleep_until
@@ -313,8 +318,10 @@ class Reply:
         chunker = ClauseChunker(self._cfg.tts.min_clause_words)
         if prefetched is not None:
             stream = prefetched.stream()  # its owner aborts the request
+            llm_start = prefetched.started_ns or self._clock()
         else:
             stream = self._engines.llm.stream(messages, self.request_id)
+            llm_start = self._clock()
         try:
             async with contextlib.aclosing(stream):  # closing aborts the engine's request
                 async for delta in stream:
@@ -323,6 +330,7 @@ class Reply:
                     self.text += delta.text
                     self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
                     for clause in chunker.push(delta.text):
+                        self._compute("llm", llm_start, self._clock())  # the first one counts
                         self._mark(Mark.FIRST_CLAUSE, self._clock())
                         self._first_clause_queued()
                         await out.put(clause)
@@ -335,11 +343,18 @@ class Reply:
             return
         self._mark(Mark.LLM_DONE, self._clock())
         for clause in chunker.flush():
+            self._compute("llm", llm_start, self._clock())
             self._mark(Mark.FIRST_CLAUSE, self._clock())
             self._first_clause_queued()
             await out.put(clause)
         self._first_clause_queued()  # an empty reply: no filler any more either
         await out.put(None)
+
+    def _synthesize(self, text: str) -> tuple[NDArray[np.int16], int, int]:
+        """Piper on one clause, in a worker thread, stamped there (its compute span)."""
+        start = self._clock()
+        pcm = self._engines.tts.synthesize(text)
+        return pcm, start, self._clock()
 
     async def _speak(self, clauses: asyncio.Queue[str | _Phrase | None]) -> None:
         tts = self._engines.tts
@@ -351,12 +366,13 @@ class Reply:
                 self._mark(Mark.FILLER_SENT, self._clock())
                 continue
             try:
-                pcm = await asyncio.to_thread(tts.synthesize, clause)
+                pcm, synth_start, synth_end = await asyncio.to_thread(self._synthesize, clause)
             except Exception:
                 self.failed_stage = self.failed_stage or "tts"
                 raise
             if pcm.size == 0:
                 continue
+            self._compute("tts", synth_start, synth_end)  # the first clause's counts
             self._mark(Mark.TTS_FIRST_AUDIO, self._clock())
             pcm = resample_int16(pcm, tts.sample_rate_hz, out_rate)
             self.audio_synthesized_s += len(pcm) / out_rate

@@ -54,7 +54,7 @@ from voice_pipeline.bargein import (
     PauseReply,
     classify_interruption,
 )
-from voice_pipeline.clock import now_ns
+from voice_pipeline.clock import ms_to_ns, now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.echo import echo_residual_db
 from voice_pipeline.engines import Engines
@@ -266,7 +266,7 @@ class Session:
                     turn.reply_task.add_done_callback(functools.partial(self._reply_done, turn))
 
     def _begin_user_turn(self, turn_id: int, started: SpeechStarted) -> None:
-        transcriber = UtteranceTranscriber(self._engines.asr, self._cfg.asr)
+        transcriber = UtteranceTranscriber(self._engines.asr, self._cfg.asr, stamp=self._clock)
         turn = _Turn(turn_id, self.ledger.new_turn(turn_id), transcriber)
         speaking = self._audible_reply()
         turn.spoken_over = speaking.turn_id if speaking is not None else None
@@ -289,6 +289,9 @@ class Session:
         self._mark(turn, Mark.SPEECH_END, speech_end)
         decided = self._clock()
         self._mark(turn, Mark.ENDPOINT, decided)
+        # the wait the turn-taking policy requires: VAD hangover + the configured silence
+        required = self.time_of_sample(end.speech_end_sample) + ms_to_ns(self._cfg.vad.end_silence_ms)
+        turn.ledger.compute("endpoint_wait", speech_end, min(required, decided))
         self._transport.emit(ev.EndpointDetected(turn.turn_id, decided, speech_end))
 
     def _acoustic_end(self, vad_end: int) -> int:
@@ -326,7 +329,7 @@ class Session:
             text = (await turn.transcriber.final()).text.strip()
             if not text:
                 return
-            buffer = PrefetchedStream(text, history_version=self._history_version)
+            buffer = PrefetchedStream(text, history_version=self._history_version, started_ns=self._clock())
             turn.prefetched = buffer
             ready.set()
             request_id = f"prefetch-{id(self)}-{turn.turn_id}"
@@ -465,6 +468,7 @@ class Session:
         final = await turn.transcriber.final()
         turn.ledger.asr_decode_ms = final.decode_ms
         turn.ledger.asr_speculative = final.speculative
+        turn.ledger.compute("asr_final", final.decode_start_ns, final.decode_end_ns)
         self._mark(turn, Mark.TRANSCRIPT_FINAL, self._clock())
         turn.user_text = final.text.strip()
         self._transport.emit(ev.TranscriptFinalized(turn.turn_id, self._clock(), turn.user_text))
@@ -498,6 +502,7 @@ class Session:
             self._clock,
             functools.partial(self._mark, turn),
             speaker,
+            turn.ledger.compute,
             self._phrases,
             self._sleep_until,
         )
