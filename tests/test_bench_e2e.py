@@ -107,6 +107,11 @@ async def test_two_callers_two_turns_one_interrupted(
     assert client["barge_in_stop"]["n"] == 1
     for name in (*(s.name for s in CRITICAL_PATH), "voice_to_voice", "barge_in_stop"):
         assert {"n", "p50", "p95", "p99", "budget", "over_budget_share"} <= set(server[name]), name
+    pipe = step["summary"]["pipeline"]
+    assert pipe["turns"] >= 3 and 0 <= pipe["turns_over_budget_share"] <= 1
+    assert 0 <= pipe["overhead_ms"]["p50"] <= server["voice_to_voice"]["p95"]
+    assert 0 <= pipe["overhead_share"] < 1
+    assert set(pipe["compute_ms_p50"]) == {"endpoint_wait", "asr_final", "llm", "tts"}
     assert step["cpu"] is not None and 0 < step["cpu"]["utilisation"] and step["cpu"]["cpu_count"] >= 1
     assert step["cpu"]["rss_peak_bytes"] > 0
     assert step["server_metrics"]["delta"]["voice_pipeline_turns_total"] >= 4

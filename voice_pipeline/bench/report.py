@@ -27,7 +27,7 @@ from voice_pipeline.bench.stats import (
     summarize,
 )
 from voice_pipeline.bench.tracker import TurnResult
-from voice_pipeline.ledger import CRITICAL_PATH, STAGES
+from voice_pipeline.ledger import CRITICAL_PATH, STAGES, percentile
 
 SCHEMA = "voice-pipeline.bench/1"
 #: the bench's own microphone falling this far behind its schedule makes its figures suspect
@@ -56,6 +56,40 @@ def server_summary(step: StepResult, budgets: dict[str, float]) -> dict[str, Sum
         s = summarize(values, budgets.get(stage.name))
         if s is not None:
             out[stage.name] = s
+    return out
+
+
+def pipeline_summary(step: StepResult) -> dict[str, Any] | None:
+    """From the ledger records (/ws): how much of voice_to_voice was model compute on the
+    critical path and how much the pipeline itself added (``critical_path`` of each
+    record), and the share of turns that broke any budget."""
+    records = [rec for t in step.turns for rec in t.records if "voice_to_voice" in rec.get("stages_ms", {})]
+    paths = [r["critical_path"] for r in records if r.get("critical_path", {}).get("overhead_ms") is not None]
+    if not records:
+        return None
+    v2v = [float(r["stages_ms"]["voice_to_voice"]) for r in records]
+    out: dict[str, Any] = {
+        "turns": len(records),
+        "turns_over_budget_share": round(
+            sum(bool(r.get("budgets_broken")) for r in records) / len(records), 3
+        ),
+    }
+    if paths:
+        overhead = [float(p["overhead_ms"]) for p in paths]
+        total_v2v = sum(
+            float(r["stages_ms"]["voice_to_voice"])
+            for r in records
+            if r.get("critical_path", {}).get("overhead_ms") is not None
+        )
+        s = summarize(overhead)
+        assert s is not None
+        out["overhead_ms"] = s.as_dict()
+        out["overhead_share"] = round(sum(overhead) / total_v2v, 3) if total_v2v else None
+        names = sorted({k for p in paths for k in p["compute_ms"]})
+        out["compute_ms_p50"] = {
+            k: round(percentile([float(p["compute_ms"].get(k, 0.0)) for p in paths], 50), 1) for k in names
+        }
+    out["voice_to_voice_p50"] = round(percentile(v2v, 50), 1)
     return out
 
 
@@ -111,6 +145,7 @@ def step_json(step: StepResult, budgets: dict[str, float]) -> dict[str, Any]:
         "summary": {
             "client": {k: s.as_dict() for k, s in client_summary(step, budgets).items()},
             "server": {k: s.as_dict() for k, s in server_summary(step, budgets).items()},
+            "pipeline": pipeline_summary(step),
         },
         "over_budget": over_budget(step, budgets),
         "cpu": cpu.as_dict() if cpu else None,
@@ -259,6 +294,15 @@ def format_step(step: StepResult, budgets: dict[str, float]) -> list[str]:
         f"  bench CPU {bench['utilisation_of_one_cpu']:.0%} of one CPU; its microphone lagged "
         f"{bench['max_mic_lag_ms']} ms at most"
     )
+    pipe = data["summary"]["pipeline"]
+    if pipe is not None and "overhead_ms" in pipe:
+        spans = ", ".join(f"{k} {v:.0f}" for k, v in pipe["compute_ms_p50"].items())
+        lines.append(
+            f"  pipeline overhead p50 {pipe['overhead_ms']['p50']:.0f} ms, {pipe['overhead_share']:.1%} of "
+            f"voice-to-voice (model compute on the path, p50 ms: {spans})"
+        )
+    if pipe is not None:
+        lines.append(f"  turns that broke any budget: {pipe['turns_over_budget_share']:.0%}")
     over = data["over_budget"]
     if over:
         listed = ", ".join(f"{r['stage']} {r['share']:.0%} ({r['source']})" for r in over)
