@@ -27,7 +27,16 @@ from voice_pipeline.ledger import (
 
 MS = 1_000_000
 T0 = 5_000 * MS  # a non-zero origin, like time.monotonic_ns()
-BUDGET = BudgetConfig()  # endpointing 350, asr 150, llm 150, clause 250, tts 150, transport 20, total 800
+#: explicit, so the tables below do not move with the defaults
+BUDGET = BudgetConfig(
+    endpointing_ms=350.0,
+    asr_final_ms=150.0,
+    llm_first_token_ms=150.0,
+    first_clause_ms=250.0,
+    tts_first_audio_ms=150.0,
+    transport_ms=20.0,
+    voice_to_voice_ms=800.0,
+)
 
 ORDER = (
     Mark.SPEECH_START,
