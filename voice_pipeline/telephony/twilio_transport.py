@@ -117,7 +117,7 @@ class TwilioTransport:
     def emit(self, event: ev.Event) -> None:
         self._on_event(event)
         if isinstance(event, ev.TurnCompleted):
-            log.info("call %s turn %d: heard %r", self.stream_sid, event.turn_id, event.record.heard_text)
+            log.debug("call %s turn %d: heard %r", self.stream_sid, event.turn_id, event.record.heard_text)
 
     async def play(self, turn_id: int, pcm: NDArray[np.int16]) -> None:
         epoch = self._epoch.get(turn_id, 0)
