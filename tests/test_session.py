@@ -24,6 +24,8 @@ from fakes import (
     EchoRoom,
     FakeClock,
     Fakes,
+    FakeVAD,
+    FakeVADStream,
     RecordingTransport,
     silence,
     tone,
@@ -1217,3 +1219,25 @@ async def test_a_prefetch_asked_before_the_history_changed_is_not_used(h: Harnes
     await d.quiet_until(lambda: h.completed(2))
     assert not h.record(2).llm_prefetched
     assert llm.requests[-1].messages[1:3] == (ChatMessage("user", "other"), ChatMessage("assistant", "thing"))
+
+
+async def test_nan_and_inf_pushed_into_a_session_are_silence() -> None:
+    """A library caller pushing NaN/inf must not reach the VAD (it would corrupt Silero's state)."""
+    seen: list[NDArray[np.float32]] = []
+
+    class RecordingStream(FakeVADStream):
+        def push(self, samples: NDArray[np.float32]) -> list[float]:
+            seen.append(samples.copy())
+            return super().push(samples)
+
+    class RecordingVAD(FakeVAD):
+        def stream(self) -> FakeVADStream:
+            return RecordingStream(self.frame_samples)
+
+    h = make_harness(fakes=Fakes(vad=RecordingVAD()))
+    bad = np.full(1600, np.nan, dtype=np.float32)
+    bad[::2] = np.inf
+    await h.session.push_audio(bad)
+    await h.session.aclose()
+    pushed = np.concatenate(seen)
+    assert pushed.size == 1600 and np.isfinite(pushed).all() and np.abs(pushed).max() <= 1.0

@@ -46,7 +46,7 @@ from asr.streaming import UtteranceTranscriber
 from llm.base import ChatMessage
 from vad.endpointer import EndOfTurn, Endpointer, PauseStarted, SpeechResumed, SpeechStarted
 from voice_pipeline import events as ev
-from voice_pipeline.audio import last_sound_end, resample_int16, to_float32
+from voice_pipeline.audio import finite_audio, last_sound_end, resample_int16, to_float32
 from voice_pipeline.bargein import (
     BargeInTracker,
     ConfirmInterruption,
@@ -155,6 +155,7 @@ class Session:
             raise VoicePipelineError("session is closed")
         if not self._phrases_prepared:
             self._prepare_phrases()
+        samples = finite_audio(samples)  # one NaN would corrupt the VAD's recurrent state
         self._input.append(samples, self._clock() if t_ns is None else t_ns)
         if self._user is not None:
             self._user.transcriber.append(samples)
