@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 WS_PATH = "/ws"
 TWILIO_PATH = "/twilio"  # Twilio Media Streams (voice_pipeline.telephony)
 SHUTDOWN_REASON = "server shutting down"
+#: seconds the closing handshake may take before the TCP connection is dropped
+CLOSE_TIMEOUT_S = 2.0
 
 
 def is_loopback(host: str) -> bool:
@@ -146,6 +148,9 @@ class VoiceServer:
             ping_interval=s.ping_interval_s or None,
             ping_timeout=s.ping_timeout_s or None,
             compression=None,  # PCM barely compresses; deflate would only cost CPU
+            # a client that stopped reading never sees our close frame (it waits behind the
+            # data it did not read): drop its TCP connection this soon instead of after 10 s
+            close_timeout=CLOSE_TIMEOUT_S,
             server_header="voice-pipeline",
         )
 
