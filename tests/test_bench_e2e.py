@@ -7,21 +7,17 @@ Checks the report's fields and that the figures exist and are sane; no timing as
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from servers import running_server
 
 from voice_pipeline.cli import main
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import CRITICAL_PATH
-from voice_pipeline.server.app import VoiceServer
 
 pytestmark = pytest.mark.real_models
 
@@ -34,17 +30,6 @@ STEP_FIELDS = {
     "sessions", "refused", "duration_s", "turns", "turns_completed", "turns_per_s", "interrupts_planned",
     "interrupts_done", "summary", "over_budget", "cpu", "bench", "server_metrics", "turn_results",
 }  # fmt: skip
-
-
-@contextlib.asynccontextmanager
-async def running_server(engines: Engines, config: Config, **server: Any) -> AsyncIterator[VoiceServer]:
-    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, port=0, **server))
-    srv = VoiceServer(engines, cfg)
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await srv.aclose()
 
 
 async def bench(*args: str) -> int:

@@ -16,12 +16,15 @@ import dataclasses
 import itertools
 import socket
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import numpy as np
 import pytest
+import servers
 from procs import SERVED_MODEL_NAME
+from servers import ws_url
 from speech import concat, espeak, normalize, silence
 from test_llm_remote import running_on_server
 from wsclient import VoiceClient, voice_client
@@ -44,20 +47,10 @@ STORY = "Tell me a long story about a brave knight and a dragon."
 TRIGGER = ("dragon", "knight")  # the failing session talks about these; the other does not
 
 
-@contextlib.asynccontextmanager
-async def running_server(engines: Engines, config: Config, **server: Any) -> AsyncIterator[VoiceServer]:
-    settings = {"port": 0, "max_sessions": 4, **server}
-    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, **settings))
-    srv = VoiceServer(engines, cfg)
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await srv.aclose()
-
-
-def ws_url(srv: VoiceServer) -> str:
-    return f"ws://127.0.0.1:{srv.port}/ws"
+def running_server(
+    engines: Engines, config: Config, **server: Any
+) -> AbstractAsyncContextManager[VoiceServer]:
+    return servers.running_server(engines, config, **{"max_sessions": 4, **server})
 
 
 def triggered(text: str) -> bool:

@@ -23,13 +23,14 @@ import gc
 import json
 import os
 import time
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from fakes import Fakes, tone
+from servers import running_server, ws_url
 from speech import concat, espeak, silence, word_error_rate
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -46,20 +47,8 @@ QUESTION = "What is the capital of France?"
 STORM = 50
 
 
-@contextlib.asynccontextmanager
-async def running(engines: Engines, config: Config, **server: Any) -> AsyncIterator[VoiceServer]:
-    settings = {"port": 0, "max_new_sessions_per_ip_per_min": 0, **server}
-    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, **settings))
-    srv = VoiceServer(engines, cfg)
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await srv.aclose()
-
-
-def url(srv: VoiceServer) -> str:
-    return f"ws://127.0.0.1:{srv.port}/ws"
+def running(engines: Engines, config: Config, **server: Any) -> AbstractAsyncContextManager[VoiceServer]:
+    return running_server(engines, config, **{"max_new_sessions_per_ip_per_min": 0, **server})
 
 
 # ---------------------------------------------------------------- the storm
@@ -69,7 +58,7 @@ async def one_turn(
     srv: VoiceServer, started: asyncio.Event | None = None, leave: asyncio.Event | None = None
 ) -> dict[str, Any]:
     """A session asks the question; returns its turn record. It stays connected until ``leave``."""
-    async with voice_client(url(srv)) as client:
+    async with voice_client(ws_url(srv)) as client:
         await client.start()
         if started is not None:
             started.set()
@@ -85,7 +74,7 @@ async def one_turn(
 
 async def refused(srv: VoiceServer) -> tuple[int | None, str | None, float]:
     t0 = time.monotonic()
-    async with connect(url(srv)) as ws:
+    async with connect(ws_url(srv)) as ws:
         with contextlib.suppress(ConnectionClosed):
             await ws.recv()
         return ws.close_code, ws.close_reason, time.monotonic() - t0
@@ -162,7 +151,7 @@ SPEECH = to_int16(tone(0.2)).astype("<i2").tobytes()
 
 
 async def cycle(srv: VoiceServer, i: int) -> None:
-    async with connect(url(srv)) as ws:
+    async with connect(ws_url(srv)) as ws:
         await ws.send(json.dumps({"type": "start", "version": 1, "sample_rate": 16000}))
         assert json.loads(await ws.recv())["type"] == "ready"
         for k in range(0, len(SPEECH), 640):

@@ -7,14 +7,16 @@ pace (silence in between, like a live microphone) and records what comes back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import numpy as np
 import pytest
+import servers
+from servers import ws_url
 from speech import espeak, normalize, word_error_rate
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -35,20 +37,10 @@ MAX_FRAME_BYTES = 4096
 MIC_RATE = 48000  # the barge-in test's microphone: 20 ms = 1920 bytes
 
 
-@contextlib.asynccontextmanager
-async def running_server(engines: Engines, config: Config, **server: Any) -> AsyncIterator[VoiceServer]:
-    settings = {"port": 0, "max_frame_bytes": MAX_FRAME_BYTES, **server}
-    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, **settings))
-    srv = VoiceServer(engines, cfg)
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await srv.aclose()
-
-
-def ws_url(srv: VoiceServer) -> str:
-    return f"ws://127.0.0.1:{srv.port}/ws"
+def running_server(
+    engines: Engines, config: Config, **server: Any
+) -> AbstractAsyncContextManager[VoiceServer]:
+    return servers.running_server(engines, config, **{"max_frame_bytes": MAX_FRAME_BYTES, **server})
 
 
 @pytest.fixture(scope="module")
