@@ -77,7 +77,22 @@ async def _timed_in_thread(fn: Any, reps: int) -> float:
     return _median_ms(samples)
 
 
-async def measure(llm_threads: int, asr_threads: list[int], tts_threads: list[int], reps: int) -> dict[str, Any]:
+async def _alone_and_beside_llm(llm: Any, fn: Any, reps: int) -> dict[str, float]:
+    """Median time of ``fn`` in a thread, alone, then while a long LLM reply is generated."""
+    fn()  # warm-up
+    alone = await _timed_in_thread(fn, reps)
+    stop = asyncio.Event()
+    bg = asyncio.create_task(_background_llm(llm, stop))
+    await asyncio.sleep(0.3)
+    loaded = await _timed_in_thread(fn, reps)
+    stop.set()
+    await bg
+    return {"alone_ms": alone, "llm_decoding_ms": loaded}
+
+
+async def measure(
+    llm_threads: int, asr_threads: list[int], tts_threads: list[int], reps: int
+) -> dict[str, Any]:
     from asr import build_asr
     from llm import build_llm
     from tts import build_tts
@@ -97,28 +112,16 @@ async def measure(llm_threads: int, asr_threads: list[int], tts_threads: list[in
         tts0.close()
         for n in asr_threads:
             asr = build_asr(replace(cfg.asr, cpu_threads=n), paths.asr)
-            asr.transcribe(speech)
-            alone = await _timed_in_thread(lambda a=asr: a.transcribe(speech), reps)
-            stop = asyncio.Event()
-            bg = asyncio.create_task(_background_llm(llm, stop))
-            await asyncio.sleep(0.3)
-            loaded = await _timed_in_thread(lambda a=asr: a.transcribe(speech), reps)
-            stop.set()
-            await bg
+            out[f"asr_{n}_threads"] = await _alone_and_beside_llm(
+                llm, lambda a=asr: a.transcribe(speech), reps
+            )
             asr.close()
-            out[f"asr_{n}_threads"] = {"alone_ms": alone, "llm_decoding_ms": loaded}
         for n in tts_threads:
             tts = build_tts(replace(cfg.tts, threads=n), paths.tts)
-            tts.synthesize(CLAUSE)
-            alone = await _timed_in_thread(lambda t=tts: t.synthesize(CLAUSE), reps)
-            stop = asyncio.Event()
-            bg = asyncio.create_task(_background_llm(llm, stop))
-            await asyncio.sleep(0.3)
-            loaded = await _timed_in_thread(lambda t=tts: t.synthesize(CLAUSE), reps)
-            stop.set()
-            await bg
+            out[f"tts_{n}_threads"] = await _alone_and_beside_llm(
+                llm, lambda t=tts: t.synthesize(CLAUSE), reps
+            )
             tts.close()
-            out[f"tts_{n}_threads"] = {"alone_ms": alone, "llm_decoding_ms": loaded}
         # and the LLM's own speed while ASR runs beside it (the speculative decode overlaps it)
         asr = build_asr(cfg.asr, paths.asr)
         stop_asr = False
@@ -153,8 +156,18 @@ def main() -> None:
     results = []
     for n in args.llm:
         print(f"measuring with vLLM OMP threads = {n} ...", file=sys.stderr, flush=True)
-        cmd = [sys.executable, __file__, "--one", str(n), "--reps", str(args.reps),
-               "--asr", *map(str, args.asr), "--tts", *map(str, args.tts)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            str(n),
+            "--reps",
+            str(args.reps),
+            "--asr",
+            *map(str, args.asr),
+            "--tts",
+            *map(str, args.tts),
+        ]
         env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 from fakes import FakeClock, FakeLLM, FakeTTS, RecordingTransport
+from servers import running_server
 from speech import concat, espeak, normalize, silence, word_error_rate
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -150,19 +151,9 @@ MAX_FRAME = 4096
 
 @pytest.fixture(scope="module")
 async def server(input_engines: Engines, config: Config) -> AsyncIterator[VoiceServer]:
-    settings = {
-        "port": 0,
-        "max_frame_bytes": MAX_FRAME,
-        "max_sessions": 4,
-        "max_new_sessions_per_ip_per_min": 0,
-    }
-    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, **settings))
-    srv = VoiceServer(input_engines, cfg)
-    await srv.start()
-    try:
+    settings = {"max_frame_bytes": MAX_FRAME, "max_sessions": 4, "max_new_sessions_per_ip_per_min": 0}
+    async with running_server(input_engines, config, **settings) as srv:
         yield srv
-    finally:
-        await srv.aclose()
 
 
 def url(srv: VoiceServer) -> str:

@@ -16,7 +16,6 @@ the page is saved and its path printed.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import soundfile as sf
 from playwright.async_api import Page, async_playwright
+from servers import running_server
 from speech import concat, espeak, normalize, silence
 
 from voice_pipeline.ledger import CRITICAL_PATH
@@ -71,13 +71,8 @@ def question_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def server(engines: Engines, config: Config) -> AsyncIterator[VoiceServer]:
-    cfg = dataclasses.replace(config, server=dataclasses.replace(config.server, host="127.0.0.1", port=0))
-    srv = VoiceServer(engines, cfg)
-    await srv.start()
-    try:
+    async with running_server(engines, config, host="127.0.0.1") as srv:
         yield srv
-    finally:
-        await srv.aclose()
 
 
 def asks_the_question(text: str) -> bool:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from servers import running_server
 from speech import espeak, word_error_rate
 from twilioclient import TwilioCaller, twilio_caller
 
@@ -36,14 +36,8 @@ NARROWBAND_WER = 0.4
 
 @pytest.fixture(scope="module")
 async def server(engines: Engines, config: Config) -> AsyncIterator[VoiceServer]:
-    scfg = dataclasses.replace(config.server, port=0, max_sessions=4, twilio_token=TOKEN)
-    cfg = dataclasses.replace(config, server=scfg)
-    srv = VoiceServer(engines, cfg)
-    await srv.start()
-    try:
+    async with running_server(engines, config, max_sessions=4, twilio_token=TOKEN) as srv:
         yield srv
-    finally:
-        await srv.aclose()
 
 
 def url(srv: VoiceServer) -> str:
