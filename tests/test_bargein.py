@@ -18,7 +18,8 @@ from voice_pipeline.config import DEFAULT_BACKCHANNELS, BargeInConfig
 
 MS = 1_000_000
 T0 = 7_000 * MS
-CFG = BargeInConfig()  # pause at 200 ms of voiced speech, confirm at 800 ms
+# the tables below are written for these thresholds (not the defaults, which may be tuned)
+CFG = BargeInConfig(min_speech_ms=200, confirm_speech_ms=800)  # pause at 200 ms voiced, confirm at 800
 
 # ---------------------------------------------------------------- tracker
 
