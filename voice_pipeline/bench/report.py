@@ -64,7 +64,6 @@ def pipeline_summary(step: StepResult) -> dict[str, Any] | None:
     critical path and how much the pipeline itself added (``critical_path`` of each
     record), and the share of turns that broke any budget."""
     records = [rec for t in step.turns for rec in t.records if "voice_to_voice" in rec.get("stages_ms", {})]
-    paths = [r["critical_path"] for r in records if r.get("critical_path", {}).get("overhead_ms") is not None]
     if not records:
         return None
     v2v = [float(r["stages_ms"]["voice_to_voice"]) for r in records]
@@ -74,20 +73,21 @@ def pipeline_summary(step: StepResult) -> dict[str, Any] | None:
             sum(bool(r.get("budgets_broken")) for r in records) / len(records), 3
         ),
     }
-    if paths:
-        overhead = [float(p["overhead_ms"]) for p in paths]
-        total_v2v = sum(
-            float(r["stages_ms"]["voice_to_voice"])
-            for r in records
-            if r.get("critical_path", {}).get("overhead_ms") is not None
-        )
-        s = summarize(overhead)
-        assert s is not None
-        out["overhead_ms"] = s.as_dict()
+    # (critical path, voice_to_voice) of the records that have one
+    measured = [
+        (r["critical_path"], total)
+        for r, total in zip(records, v2v, strict=True)
+        if r.get("critical_path", {}).get("overhead_ms") is not None
+    ]
+    if measured:
+        overhead = [float(path["overhead_ms"]) for path, _ in measured]
+        total_v2v = sum(total for _, total in measured)
+        out["overhead_ms"] = summarize(overhead).as_dict()  # type: ignore[union-attr]  # not empty
         out["overhead_share"] = round(sum(overhead) / total_v2v, 3) if total_v2v else None
-        names = sorted({k for p in paths for k in p["compute_ms"]})
+        names = sorted({k for path, _ in measured for k in path["compute_ms"]})
         out["compute_ms_p50"] = {
-            k: round(percentile([float(p["compute_ms"].get(k, 0.0)) for p in paths], 50), 1) for k in names
+            k: round(percentile([float(path["compute_ms"].get(k, 0.0)) for path, _ in measured], 50), 1)
+            for k in names
         }
     out["voice_to_voice_p50"] = round(percentile(v2v, 50), 1)
     return out
