@@ -7,7 +7,10 @@ cache by ``voice-pipeline models``; the fixtures below only load them.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -95,3 +98,22 @@ def vllm_server_url(model_paths: ModelPaths, tmp_path_factory: pytest.TempPathFa
             yield url
     except ProcessFailed as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate (cert, key) for 127.0.0.1 and localhost, made now by the
+    openssl CLI."""
+    openssl = shutil.which("openssl")
+    assert openssl, "the openssl CLI is needed (Debian: openssl)"
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key

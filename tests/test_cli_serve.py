@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -66,23 +65,6 @@ def test_bad_server_flags_fail_before_any_model_loads(args: list[str]) -> None:
 
 
 # ------------------------------------------------------------ security flags (no models)
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate made now by the openssl CLI."""
-    openssl = shutil.which("openssl")
-    assert openssl, "the openssl CLI is needed (Debian: openssl)"
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-        ],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return cert, key
 
 
 def serve_config(*argv: str) -> Config:

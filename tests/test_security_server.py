@@ -12,9 +12,7 @@ import asyncio
 import json
 import logging
 import re
-import shutil
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -179,26 +177,6 @@ async def test_behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget(
 
 
 # ------------------------------------------------------------ TLS
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and localhost, made now."""
-    openssl = shutil.which("openssl")
-    assert openssl, "the openssl CLI is needed (Debian: openssl)"
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )  # fmt: skip
-    return cert, key
 
 
 async def test_tls_serves_wss_and_https_to_a_client_that_trusts_the_certificate(
