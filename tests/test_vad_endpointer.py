@@ -7,6 +7,7 @@ thresholds), ``~`` = 0.35 (exactly neg_threshold), ``.`` = 0.0 (silence).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -176,9 +177,17 @@ CASES = [
 ]
 
 
+def silence_rule(expected: list[tuple[int, EndpointAction]], cfg: VADConfig) -> list[tuple[int, EndpointAction]]:
+    """Without a policy every turn ends by the silence rule, which waits ``end_silence_ms``."""
+    return [
+        (i, dataclasses.replace(a, wait_ms=cfg.end_silence_ms) if isinstance(a, EndOfTurn) else a)
+        for i, a in expected
+    ]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_table(case: Case) -> None:
-    assert run(case.pattern, case.cfg, case.rate, case.frame) == case.expected
+    assert run(case.pattern, case.cfg, case.rate, case.frame) == silence_rule(case.expected, case.cfg)
 
 
 def test_properties_follow_the_turn() -> None:
@@ -211,11 +220,14 @@ def test_reset_forgets_everything() -> None:
     ep.reset()
     assert (ep.position, ep.in_turn, ep.speech_end_sample) == (0, False, None)
     # position restarts at 0 and the previous turn's end no longer clamps the pre-roll
-    assert run("..###......", ep=ep) == [
-        (4, SpeechStarted(2 * F, 0, 5 * F)),
-        (5, PauseStarted(5 * F)),
-        (9, EndOfTurn(5 * F, 10 * F)),
-    ]
+    assert run("..###......", ep=ep) == silence_rule(
+        [
+            (4, SpeechStarted(2 * F, 0, 5 * F)),
+            (5, PauseStarted(5 * F)),
+            (9, EndOfTurn(5 * F, 10 * F)),
+        ],
+        CFG,
+    )
 
 
 def test_reset_discards_a_candidate_run() -> None:

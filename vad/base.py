@@ -41,6 +41,21 @@ class VAD(Protocol):
     def close(self) -> None: ...
 
 
+class TurnModel(Protocol):
+    """An audio turn-completion model (``SmartTurn``): does the utterance sound finished?
+
+    One instance serves every session; :meth:`p_complete` is blocking and thread-safe
+    (the session calls it from a worker thread at each pause)."""
+
+    sample_rate_hz: int
+
+    def p_complete(self, audio: NDArray[np.float32]) -> float:
+        """P(complete) in [0, 1] of the utterance ``audio`` (mono float32 at ``sample_rate_hz``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class FrameSplitter:
     """Cuts a stream of arbitrary-length chunks into whole frames, keeping the remainder."""
 

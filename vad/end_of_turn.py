@@ -1,0 +1,222 @@
+"""Semantic end of turn (pure): has the user finished, from what they said and how?
+
+Silence alone cannot tell a finished question from a speaker who pauses mid-sentence:
+people pause 0.5-1.2 s inside sentences all the time ("I'd like to book a table
+for ... four people"). Two more pieces of evidence arrive during the pause:
+
+* the **words**, from the speculative transcript (:func:`transcript_cue`): an utterance
+  that ends in an article, a conjunction, a filler ("um"), a preposition or a copula
+  after a noun ("the thing is") is unfinished; a question mark is a finished question;
+* the **sound**, from an audio turn-completion model (Smart Turn, :mod:`vad.smart_turn`):
+  P(complete) of the utterance's last 8 s.
+
+:class:`EndOfTurnPolicy` combines them with the silence into one of three waits (the
+table :data:`WAITS`, one row per combination):
+
+========================  ===============  ===============  ===============  ===============
+words \\ sound            complete         incomplete       not back yet     no model
+========================  ===============  ===============  ===============  ===============
+complete ("...?")         short            medium (unsure)  medium (wait)    short
+neutral                   short            long             medium (wait)    short
+incomplete ("... for")    long             long             long             long
+not back yet              medium (wait)    long             medium (wait)    medium (wait)
+========================  ===============  ===============  ===============  ===============
+
+* *short* = ``vad.end_silence_ms`` (250 ms): a complete utterance ends as fast as with
+  silence alone, so complete questions get no slower;
+* *medium* = ``turn.unsure_silence_ms``: the evidence disagrees, or has not come back
+  yet (a loaded machine) -- the turn ends there with what is known;
+* *long* = ``turn.incomplete_silence_ms``: the utterance is unfinished; the turn
+  still ends after that much silence (a speaker who trails off gets an answer).
+
+Evidence can arrive after the short silence has passed; the endpointer re-evaluates at
+once (:meth:`vad.endpointer.Endpointer.evidence`), so a late verdict costs only its
+own lateness. The rule that ended a turn (:class:`Rule`) goes into its ledger record.
+
+Limits, on purpose: the word lists are English; synthetic voices (espeak-ng, Piper)
+end every fragment with a falling, final-sounding contour, so on such speech the
+model says "complete" and only the words can hold the turn open (MEASURED.md); a
+pause after a grammatically complete clause ("The thing is, I don't really know ...
+what to cook") is left to the sound and, failing that, to continuation
+(:mod:`voice_pipeline.turnstate`).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+
+class Cue(enum.StrEnum):
+    """What the words say about the end of the utterance."""
+
+    COMPLETE = "complete"  # a question mark or exclamation: a finished sentence
+    NEUTRAL = "neutral"  # nothing either way (most statements)
+    INCOMPLETE = "incomplete"  # ends where a sentence cannot end
+
+
+class Rule(enum.StrEnum):
+    """Why a user turn ended (the ledger records it; ``/metrics`` counts it)."""
+
+    SILENCE = "silence"  # the semantic policy is off: vad.end_silence_ms of silence
+    COMPLETE = "complete"  # it sounded and read finished: the short silence
+    UNSURE = "unsure"  # words and sound disagreed: the medium silence
+    NO_VERDICT = "no_verdict"  # the evidence was not back by the medium silence
+    INCOMPLETE = "incomplete"  # unfinished, but the longest silence passed: ended anyway
+    MAX_TURN = "max_turn"  # vad.max_turn_s of one turn: babble or a TV cannot hold it open
+    PUSH_TO_TALK = "push_to_talk"  # the key was released
+    COMMIT = "commit"  # the client committed the input (manual turn detection)
+
+
+class Wait(enum.Enum):
+    SHORT = enum.auto()
+    MEDIUM = enum.auto()
+    LONG = enum.auto()
+
+
+class Sound(enum.Enum):
+    """The audio model's verdict, as the table reads it."""
+
+    COMPLETE = enum.auto()
+    INCOMPLETE = enum.auto()
+    PENDING = enum.auto()  # asked, not back yet
+    OFF = enum.auto()  # no model configured (or it failed)
+
+
+class Words(enum.Enum):
+    COMPLETE = enum.auto()
+    NEUTRAL = enum.auto()
+    INCOMPLETE = enum.auto()
+    PENDING = enum.auto()  # the speculative transcript is not back yet
+
+
+_W, _S = Words, Sound
+#: (words, sound) -> the silence to wait and the rule that ends the turn after it
+WAITS: dict[tuple[Words, Sound], tuple[Wait, Rule]] = {
+    (_W.COMPLETE, _S.COMPLETE): (Wait.SHORT, Rule.COMPLETE),
+    (_W.COMPLETE, _S.INCOMPLETE): (Wait.MEDIUM, Rule.UNSURE),
+    (_W.COMPLETE, _S.PENDING): (Wait.MEDIUM, Rule.NO_VERDICT),
+    (_W.COMPLETE, _S.OFF): (Wait.SHORT, Rule.COMPLETE),
+    (_W.NEUTRAL, _S.COMPLETE): (Wait.SHORT, Rule.COMPLETE),
+    (_W.NEUTRAL, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
+    (_W.NEUTRAL, _S.PENDING): (Wait.MEDIUM, Rule.NO_VERDICT),
+    (_W.NEUTRAL, _S.OFF): (Wait.SHORT, Rule.COMPLETE),
+    (_W.INCOMPLETE, _S.COMPLETE): (Wait.LONG, Rule.INCOMPLETE),
+    (_W.INCOMPLETE, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
+    (_W.INCOMPLETE, _S.PENDING): (Wait.LONG, Rule.INCOMPLETE),
+    (_W.INCOMPLETE, _S.OFF): (Wait.LONG, Rule.INCOMPLETE),
+    (_W.PENDING, _S.COMPLETE): (Wait.MEDIUM, Rule.NO_VERDICT),
+    (_W.PENDING, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
+    (_W.PENDING, _S.PENDING): (Wait.MEDIUM, Rule.NO_VERDICT),
+    (_W.PENDING, _S.OFF): (Wait.MEDIUM, Rule.NO_VERDICT),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What is known about the current pause. None = not back yet."""
+
+    cue: Cue | None = None
+    p_complete: float | None = None
+    #: False when the turn model failed on this pause (the sound column is then "no model")
+    sound: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfTurnPolicy:
+    """How long a pause must last before the turn ends, given the evidence."""
+
+    short_silence_ms: int
+    unsure_silence_ms: int
+    incomplete_silence_ms: int
+    #: P(complete) at or above which the sound says "complete"
+    complete_threshold: float = 0.5
+    #: an audio turn model runs at every pause (else the sound column is "no model")
+    uses_model: bool = True
+
+    def wait(self, evidence: Evidence) -> tuple[int, Rule]:
+        """The silence (ms) after which the turn ends, and the rule that ends it."""
+        sound = self._sound(evidence.p_complete) if evidence.sound else Sound.OFF
+        kind, rule = WAITS[(self._words(evidence.cue), sound)]
+        ms = {
+            Wait.SHORT: self.short_silence_ms,
+            Wait.MEDIUM: self.unsure_silence_ms,
+            Wait.LONG: self.incomplete_silence_ms,
+        }[kind]
+        return ms, rule
+
+    def _sound(self, p: float | None) -> Sound:
+        if not self.uses_model:
+            return Sound.OFF
+        if p is None:
+            return Sound.PENDING
+        return Sound.COMPLETE if p >= self.complete_threshold else Sound.INCOMPLETE
+
+    @staticmethod
+    def _words(cue: Cue | None) -> Words:
+        if cue is None:
+            return Words.PENDING
+        return {Cue.COMPLETE: Words.COMPLETE, Cue.NEUTRAL: Words.NEUTRAL, Cue.INCOMPLETE: Words.INCOMPLETE}[
+            cue
+        ]
+
+
+# ---------------------------------------------------------------- the words
+
+#: a sentence never ends on these, whatever its punctuation
+NEVER_FINAL = frozenset(
+    {
+        # articles and determiners that need a noun
+        "a", "an", "the", "my", "your", "his", "her", "our", "their", "its", "every", "each",
+        "some", "any", "another", "several", "these", "those",
+        # coordinating and subordinating conjunctions
+        "and", "but", "or", "nor", "so", "because", "if", "unless", "although", "though",
+        "whereas", "whether", "cause", "'cause",
+        # fillers: the speaker is holding the floor
+        "um", "uh", "uhm", "umm", "er", "erm", "hmm", "mm", "ah", "eh",
+    }
+)  # fmt: skip
+
+#: prepositions and the infinitive marker: unfinished, unless the sentence is a question
+#: ("Where are you from?" strands its preposition)
+RARELY_FINAL = frozenset(
+    {
+        "of", "for", "to", "at", "with", "from", "into", "onto", "about", "by", "like",
+        "than", "between", "through", "towards", "toward", "without", "during", "until",
+        "via", "per", "among", "across", "against", "upon", "within",
+    }
+)  # fmt: skip
+
+#: copulas and auxiliaries that end a sentence only after a pronoun or a wh-clause
+#: ("what it is", "here you are"); after a noun they announce more ("the thing is ...")
+COPULAS = frozenset({"is", "are", "was", "were", "am", "be", "been", "being"})
+PRONOUNS = frozenset(
+    {"i", "you", "he", "she", "it", "we", "they", "that", "this", "there", "who", "what", "which", "one"}
+)
+
+_TOKEN = re.compile(r"[a-z0-9']+")
+_TRAILING_OFF = re.compile("(\\.\\.\\.|\u2026|,|;|:|-|\u2014|\u2013)\\s*$")  # ... , ; : - and dashes
+
+
+def transcript_cue(text: str) -> Cue:
+    """What the end of ``text`` (a speculative transcript) says about the utterance.
+
+    INCOMPLETE when it trails off ("...", a comma, a dash), ends in a word of
+    :data:`NEVER_FINAL`, ends in a word of :data:`RARELY_FINAL` without a question mark,
+    or ends in a copula right after a noun; COMPLETE when it ends with "?" or "!";
+    NEUTRAL otherwise, and for no words at all (silence is the VAD's business).
+    """
+    stripped = text.strip()
+    words = _TOKEN.findall(stripped.lower().replace("\u2019", "'"))  # typographic apostrophe
+    if not words:
+        return Cue.NEUTRAL
+    last = words[-1]
+    question = stripped.endswith(("?", "!"))
+    if _TRAILING_OFF.search(stripped) or last in NEVER_FINAL:
+        return Cue.INCOMPLETE
+    if last in RARELY_FINAL and not question:
+        return Cue.INCOMPLETE
+    if last in COPULAS and not question and len(words) >= 2 and words[-2] not in PRONOUNS:
+        return Cue.INCOMPLETE
+    return Cue.COMPLETE if question else Cue.NEUTRAL
