@@ -248,6 +248,24 @@ class UtteranceTranscriber:
         if self._speculation is not None:
             self._speculation.valid = False
 
+    async def speculative(self) -> FinalTranscript | None:
+        """The result of the speculative decode of the current pause, once it is done;
+        None if there is none or it became void (speech resumed). Never decodes itself."""
+        self._check_open()
+        spec = self._speculation
+        if not speculation_usable(spec, self._utterance):
+            return None
+        assert spec is not None
+        t0 = self._clock()
+        decoded = await self._await_speculation(spec)
+        if not speculation_usable(spec, self._utterance):
+            return None
+        return self._final(decoded, speculative=True, t0=t0)
+
+    def audio(self) -> NDArray[np.float32]:
+        """The current utterance's audio so far (not a copy: do not modify it)."""
+        return self._snapshot()
+
     async def final(self) -> FinalTranscript:
         """The transcript of the whole utterance: the speculative decode if still valid
         (awaited), otherwise a decode of everything buffered, now."""
@@ -261,6 +279,9 @@ class UtteranceTranscriber:
         else:
             decoded = await self._decode(self._snapshot())
             speculative = False
+        return self._final(decoded, speculative=speculative, t0=t0)
+
+    def _final(self, decoded: Decoded, *, speculative: bool, t0: int) -> FinalTranscript:
         result = decoded.result
         return FinalTranscript(
             text=result.text,

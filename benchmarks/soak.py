@@ -127,22 +127,23 @@ def rss_mb() -> float:
 def measure(session: Session, transport: WebSocketTransport, out: Outbound) -> dict[str, int]:
     """Lengths of everything that could grow with the length of a call."""
     timeline = transport.timeline
+    sizes = session.sizes()
     return {
         "turns_completed": session.ledger.turns,
         "ledger_records": len(session.ledger.records),
         "ledger_stage_samples": max((len(a.recent) for a in session.ledger.stages.values()), default=0),
-        "input_chunks": len(session._input._chunks),
-        "session_turns_open": len(session._by_id),
-        "session_replies": len(session._replies),
-        "session_tasks": session.unfinished_tasks(),
-        "echo_reference_chunks": len(session._reference.chunks),
+        "input_chunks": sizes["input_chunks"],
+        "session_turns_open": sizes["turns_open"],
+        "session_replies": sizes["replies"],
+        "session_tasks": sizes["tasks"],
+        "echo_reference_chunks": sizes["echo_reference_chunks"],
         "timeline_chunks": len(timeline._chunks),
         "timeline_turns": len(timeline._folded),
         "timeline_cuts": len(timeline._cuts),
         "transport_turn_epochs": len(transport._epoch),
         "outbound_queue": len(out._queue),
         "asyncio_tasks": len(asyncio.all_tasks()),
-        "history_messages": len(session.history),
+        "history_messages": sizes["history_messages"],
     }
 
 

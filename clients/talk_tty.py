@@ -194,7 +194,7 @@ class _Session:
                 await self.send({"type": "playback", "played": played, "cleared": msg["turn_id"]})
             elif kind in ("assistant.text", "reply.resumed"):
                 self.replying.add(int(msg["turn_id"]))
-            elif kind in ("reply.interrupted", "turn.latency"):
+            elif kind in ("reply.interrupted", "turn.latency", "turn.continued"):
                 self.replying.discard(int(msg["turn_id"]))
             for update in self.view.event(msg):
                 if isinstance(update, Line):

@@ -89,6 +89,9 @@ class TurnView:
                 return [Status(f"you: {text}")]
             case "transcript.final":
                 return [Line(f"you: {msg['text']}")]
+            case "turn.continued":  # the user went on: the reply so far is void
+                dropped = self._reply.pop(turn, None)
+                return [Line("  (you went on: the reply is dropped)")] if dropped is not None else []
             case "assistant.text":
                 self._reply[turn] = self._reply.get(turn, "") + str(msg["delta"])
                 return [Status(f"assistant: {self._reply[turn].strip()}")]

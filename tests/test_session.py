@@ -38,10 +38,10 @@ from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.config import BargeInConfig, BudgetConfig, Config
 from voice_pipeline.errors import EngineError, VoicePipelineError
+from voice_pipeline.history import message_tokens
 from voice_pipeline.ledger import CRITICAL_PATH, TurnRecord
 from voice_pipeline.runner import run_audio
 from voice_pipeline.session import Session
-from voice_pipeline.turns import message_tokens
 
 MS = 1_000_000
 FRAME = 512
@@ -55,6 +55,22 @@ def base_config(**budget: float) -> Config:
     cfg = Config(budget=BudgetConfig(**budget))
     # partial transcripts poll on a real-time timer; they are tested on their own below
     return dataclasses.replace(cfg, asr=dataclasses.replace(cfg.asr, partial_interval_ms=0))
+
+
+def no_continuation(cfg: Config) -> Config:
+    """Speech before the reply is heard interrupts it and starts a new turn (the barge-in
+    path; with continuation on, the same speech continues the turn: tests/test_continuation.py)."""
+    return dataclasses.replace(cfg, turn=dataclasses.replace(cfg.turn, continuation=False))
+
+
+@pytest.fixture
+async def hb() -> AsyncIterator[Harness]:
+    """Like ``h``, without continuation."""
+    harness = make_harness(no_continuation(base_config()))
+    harness.fakes.llm.reply = REPLY
+    yield harness
+    harness.fakes.llm.release()
+    await harness.session.aclose()
 
 
 @dataclass(slots=True)
@@ -537,7 +553,8 @@ async def test_explicit_interrupt_while_thinking(h: Harness) -> None:
     assert h.record(1).heard_text == ""
 
 
-async def test_speech_before_the_reply_is_audible_cancels_it_at_once(h: Harness) -> None:
+async def test_speech_before_the_reply_is_audible_cancels_it_at_once(hb: Harness) -> None:
+    h = hb
     t, d, llm = h.transport, h.driver, h.fakes.llm
     llm.hold_after(0)  # thinking: no token, no audio yet
     await d.speak(0.4)
@@ -568,7 +585,8 @@ async def test_speech_before_the_reply_is_audible_cancels_it_at_once(h: Harness)
     assert h.session.unfinished_tasks() == 0
 
 
-async def test_two_utterances_over_a_paused_reply_get_one_answer(h: Harness) -> None:
+async def test_two_utterances_over_a_paused_reply_get_one_answer(hb: Harness) -> None:
+    h = hb
     """The user says "wait", pauses, then "what about Paris": the second utterance starts
     before the first is transcribed. The first one's reply is not audible yet, so the
     second cancels it."""
@@ -597,7 +615,8 @@ async def test_two_utterances_over_a_paused_reply_get_one_answer(h: Harness) -> 
     assert h.session.unfinished_tasks() == 0
 
 
-async def test_a_hundred_interruptions_leave_nothing_running(h: Harness) -> None:
+async def test_a_hundred_interruptions_leave_nothing_running(hb: Harness) -> None:
+    h = hb
     t, d, llm = h.transport, h.driver, h.fakes.llm
     llm.hold_after(8)
     h.fakes.asr.text = "tell me more"
@@ -734,7 +753,8 @@ async def test_echo_tail_after_the_reply_ends_is_not_a_user_turn() -> None:
         await h.session.aclose()
 
 
-async def test_burst_of_input_ending_a_turn_and_starting_the_next(h: Harness) -> None:
+async def test_burst_of_input_ending_a_turn_and_starting_the_next(hb: Harness) -> None:
+    h = hb
     """A transport may push buffered chunks back to back without the loop running in
     between (a network hiccup delivers 300 ms at once): the reply task is created and
     cancelled before it ever ran. The turn must still complete and the session go idle."""
@@ -1150,8 +1170,20 @@ async def test_no_filler_when_the_reply_is_on_time(hf: Harness) -> None:
     assert h.session.unfinished_tasks() == 0
 
 
-async def test_barge_in_during_the_filler_works_like_during_a_reply(hf: Harness) -> None:
-    h, t, d, llm = hf, hf.transport, hf.driver, hf.fakes.llm
+@pytest.fixture
+async def hfb() -> AsyncIterator[Harness]:
+    """Like ``hf``, without continuation (speech right after the filler began is a barge-in)."""
+    cfg = base_config()
+    cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, filler_after_ms=FILLER_AFTER_MS))
+    harness = make_harness(no_continuation(cfg))
+    harness.fakes.llm.reply = REPLY
+    yield harness
+    harness.fakes.llm.release()
+    await harness.session.aclose()
+
+
+async def test_barge_in_during_the_filler_works_like_during_a_reply(hfb: Harness) -> None:
+    h, t, d, llm = hfb, hfb.transport, hfb.driver, hfb.fakes.llm
     llm.hold_after(0)
     await d.speak(0.5)
     await d.quiet_until(lambda: t.played_samples(1) > 0)  # the filler is playing
@@ -1214,7 +1246,6 @@ async def test_a_prefetch_asked_before_the_history_changed_is_not_used(h: Harnes
     await d.speak(0.4)
     await d.quiet_until(lambda: len(llm.started) == 2, max_s=0.2)
     h.session.history = [ChatMessage("user", "other"), ChatMessage("assistant", "thing")]
-    h.session._history_version += 1  # what _remember does after a change
     llm.release()
     await d.quiet_until(lambda: h.completed(2))
     assert not h.record(2).llm_prefetched

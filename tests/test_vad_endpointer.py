@@ -27,12 +27,12 @@ PROB = {"#": 0.9, "=": 0.5, "-": 0.4, "~": 0.35, ".": 0.0}
 
 # 16 kHz, 20 ms frames: min speech = 3 frames, end silence = 5 frames, pre-roll = 2 frames
 F = 320
-CFG = VADConfig(threshold=0.5, neg_threshold=0.35, min_speech_ms=60, end_silence_ms=100,
-                pre_roll_ms=40)
+CFG = VADConfig(threshold=0.5, neg_threshold=0.35, min_speech_ms=60, end_silence_ms=100, pre_roll_ms=40)
 
 
-def run(pattern: str, cfg: VADConfig = CFG, rate: int = 16000, frame: int = F,
-        ep: Endpointer | None = None) -> list[tuple[int, EndpointAction]]:
+def run(
+    pattern: str, cfg: VADConfig = CFG, rate: int = 16000, frame: int = F, ep: Endpointer | None = None
+) -> list[tuple[int, EndpointAction]]:
     """Feed the pattern; return (frame index, action) for every action emitted."""
     ep = ep or Endpointer(cfg, rate, frame)
     out: list[tuple[int, EndpointAction]] = []
@@ -52,132 +52,227 @@ class Case:
 
 
 CASES = [
-    Case("clean turn", "..#####......", [
-        (4, SpeechStarted(onset_sample=2 * F, start_sample=0, decided_sample=5 * F)),
-        (7, PauseStarted(speech_end_sample=7 * F)),
-        (11, EndOfTurn(speech_end_sample=7 * F, decided_sample=12 * F)),
-    ]),
-    Case("pre-roll not clamped", ".....###......", [
-        (7, SpeechStarted(onset_sample=5 * F, start_sample=3 * F, decided_sample=8 * F)),
-        (8, PauseStarted(8 * F)),
-        (12, EndOfTurn(8 * F, 13 * F)),
-    ]),
-    Case("pre-roll clamped at 0, onset at 0", "###.....", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (3, PauseStarted(3 * F)),
-        (7, EndOfTurn(3 * F, 8 * F)),
-    ]),
-    Case("pre-roll clamped at 0, onset inside pre-roll", ".###.....", [
-        (3, SpeechStarted(F, 0, 4 * F)),
-        (4, PauseStarted(4 * F)),
-        (8, EndOfTurn(4 * F, 9 * F)),
-    ]),
+    Case(
+        "clean turn",
+        "..#####......",
+        [
+            (4, SpeechStarted(onset_sample=2 * F, start_sample=0, decided_sample=5 * F)),
+            (7, PauseStarted(speech_end_sample=7 * F)),
+            (11, EndOfTurn(speech_end_sample=7 * F, decided_sample=12 * F)),
+        ],
+    ),
+    Case(
+        "pre-roll not clamped",
+        ".....###......",
+        [
+            (7, SpeechStarted(onset_sample=5 * F, start_sample=3 * F, decided_sample=8 * F)),
+            (8, PauseStarted(8 * F)),
+            (12, EndOfTurn(8 * F, 13 * F)),
+        ],
+    ),
+    Case(
+        "pre-roll clamped at 0, onset at 0",
+        "###.....",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (3, PauseStarted(3 * F)),
+            (7, EndOfTurn(3 * F, 8 * F)),
+        ],
+    ),
+    Case(
+        "pre-roll clamped at 0, onset inside pre-roll",
+        ".###.....",
+        [
+            (3, SpeechStarted(F, 0, 4 * F)),
+            (4, PauseStarted(4 * F)),
+            (8, EndOfTurn(4 * F, 9 * F)),
+        ],
+    ),
     Case("too-short burst ignored", "..##......", []),
     Case("bursts separated by silence do not add up", "##.##.##.......", []),
     Case("no turn until min speech reached", "..##", []),
-    Case("pause and resume", "####...###......", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (4, PauseStarted(4 * F)),
-        (7, SpeechResumed(7 * F)),
-        (10, PauseStarted(10 * F)),
-        (14, EndOfTurn(10 * F, 15 * F)),
-    ]),
-    Case("resume resets the end-silence count", "###....#....", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (3, PauseStarted(3 * F)),
-        (7, SpeechResumed(7 * F)),
-        (8, PauseStarted(8 * F)),
-    ]),
-    Case("hysteresis: between-threshold frames keep a candidate run alive", "#-#-#.....", [
-        (4, SpeechStarted(0, 0, 5 * F)),
-        (5, PauseStarted(5 * F)),
-        (9, EndOfTurn(5 * F, 10 * F)),
-    ]),
+    Case(
+        "pause and resume",
+        "####...###......",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (4, PauseStarted(4 * F)),
+            (7, SpeechResumed(7 * F)),
+            (10, PauseStarted(10 * F)),
+            (14, EndOfTurn(10 * F, 15 * F)),
+        ],
+    ),
+    Case(
+        "resume resets the end-silence count",
+        "###....#....",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (3, PauseStarted(3 * F)),
+            (7, SpeechResumed(7 * F)),
+            (8, PauseStarted(8 * F)),
+        ],
+    ),
+    Case(
+        "hysteresis: between-threshold frames keep a candidate run alive",
+        "#-#-#.....",
+        [
+            (4, SpeechStarted(0, 0, 5 * F)),
+            (5, PauseStarted(5 * F)),
+            (9, EndOfTurn(5 * F, 10 * F)),
+        ],
+    ),
     Case("hysteresis: between-threshold frames do not count as voiced", "#----......", []),
     Case("hysteresis: a dip below neg_threshold kills a candidate run", "##.#.##......", []),
-    Case("hysteresis: between-threshold frames extend speech in a turn", "###---......", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (6, PauseStarted(6 * F)),
-        (10, EndOfTurn(6 * F, 11 * F)),
-    ]),
-    Case("hysteresis: between-threshold frames do not resume a pause", "###.-.-.", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (3, PauseStarted(3 * F)),
-        (7, EndOfTurn(3 * F, 8 * F)),
-    ]),
-    Case("thresholds are inclusive", "===~~~......", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (6, PauseStarted(6 * F)),
-        (10, EndOfTurn(6 * F, 11 * F)),
-    ]),
-    Case("end silence: one frame short of the boundary", "###....", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (3, PauseStarted(3 * F)),
-    ]),
-    Case("end silence: exactly on the boundary", "###.....", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (3, PauseStarted(3 * F)),
-        (7, EndOfTurn(3 * F, 8 * F)),
-    ]),
-    Case("end silence not a whole number of frames rounds up", "###.....",
-         cfg=VADConfig(min_speech_ms=60, end_silence_ms=90, pre_roll_ms=40), expected=[
-             (2, SpeechStarted(0, 0, 3 * F)),
-             (3, PauseStarted(3 * F)),
-             (7, EndOfTurn(3 * F, 8 * F)),
-         ]),
-    Case("end silence shorter than a frame: pause and end on the same frame", "###.",
-         cfg=VADConfig(min_speech_ms=60, end_silence_ms=32), frame=512, expected=[
-             (1, SpeechStarted(0, 0, 2 * 512)),
-             (3, PauseStarted(3 * 512)),
-             (3, EndOfTurn(3 * 512, 4 * 512)),
-         ]),
-    Case("min_speech_ms=0 starts on the first voiced frame", "..#.....",
-         cfg=VADConfig(min_speech_ms=0, end_silence_ms=100, pre_roll_ms=0), expected=[
-             (2, SpeechStarted(2 * F, 2 * F, 3 * F)),
-             (3, PauseStarted(3 * F)),
-             (7, EndOfTurn(3 * F, 8 * F)),
-         ]),
-    Case("second turn's pre-roll is clamped to the previous turn's end", "###.....#####......", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (3, PauseStarted(3 * F)),
-        (7, EndOfTurn(3 * F, 8 * F)),
-        (10, SpeechStarted(onset_sample=8 * F, start_sample=8 * F, decided_sample=11 * F)),
-        (13, PauseStarted(13 * F)),
-        (17, EndOfTurn(13 * F, 18 * F)),
-    ]),
-    Case("second turn with enough gap gets its full pre-roll", "###......#####", [
-        (2, SpeechStarted(0, 0, 3 * F)),
-        (3, PauseStarted(3 * F)),
-        (7, EndOfTurn(3 * F, 8 * F)),
-        (11, SpeechStarted(onset_sample=9 * F, start_sample=8 * F, decided_sample=12 * F)),
-    ]),
+    Case(
+        "hysteresis: between-threshold frames extend speech in a turn",
+        "###---......",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (6, PauseStarted(6 * F)),
+            (10, EndOfTurn(6 * F, 11 * F)),
+        ],
+    ),
+    Case(
+        "hysteresis: between-threshold frames do not resume a pause",
+        "###.-.-.",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (3, PauseStarted(3 * F)),
+            (7, EndOfTurn(3 * F, 8 * F)),
+        ],
+    ),
+    Case(
+        "thresholds are inclusive",
+        "===~~~......",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (6, PauseStarted(6 * F)),
+            (10, EndOfTurn(6 * F, 11 * F)),
+        ],
+    ),
+    Case(
+        "end silence: one frame short of the boundary",
+        "###....",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (3, PauseStarted(3 * F)),
+        ],
+    ),
+    Case(
+        "end silence: exactly on the boundary",
+        "###.....",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (3, PauseStarted(3 * F)),
+            (7, EndOfTurn(3 * F, 8 * F)),
+        ],
+    ),
+    Case(
+        "end silence not a whole number of frames rounds up",
+        "###.....",
+        cfg=VADConfig(min_speech_ms=60, end_silence_ms=90, pre_roll_ms=40),
+        expected=[
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (3, PauseStarted(3 * F)),
+            (7, EndOfTurn(3 * F, 8 * F)),
+        ],
+    ),
+    Case(
+        "end silence shorter than a frame: pause and end on the same frame",
+        "###.",
+        cfg=VADConfig(min_speech_ms=60, end_silence_ms=32),
+        frame=512,
+        expected=[
+            (1, SpeechStarted(0, 0, 2 * 512)),
+            (3, PauseStarted(3 * 512)),
+            (3, EndOfTurn(3 * 512, 4 * 512)),
+        ],
+    ),
+    Case(
+        "min_speech_ms=0 starts on the first voiced frame",
+        "..#.....",
+        cfg=VADConfig(min_speech_ms=0, end_silence_ms=100, pre_roll_ms=0),
+        expected=[
+            (2, SpeechStarted(2 * F, 2 * F, 3 * F)),
+            (3, PauseStarted(3 * F)),
+            (7, EndOfTurn(3 * F, 8 * F)),
+        ],
+    ),
+    Case(
+        "second turn's pre-roll is clamped to the previous turn's end",
+        "###.....#####......",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (3, PauseStarted(3 * F)),
+            (7, EndOfTurn(3 * F, 8 * F)),
+            (10, SpeechStarted(onset_sample=8 * F, start_sample=8 * F, decided_sample=11 * F)),
+            (13, PauseStarted(13 * F)),
+            (17, EndOfTurn(13 * F, 18 * F)),
+        ],
+    ),
+    Case(
+        "second turn with enough gap gets its full pre-roll",
+        "###......#####",
+        [
+            (2, SpeechStarted(0, 0, 3 * F)),
+            (3, PauseStarted(3 * F)),
+            (7, EndOfTurn(3 * F, 8 * F)),
+            (11, SpeechStarted(onset_sample=9 * F, start_sample=8 * F, decided_sample=12 * F)),
+        ],
+    ),
     # 8 kHz, Silero's 256-sample (32 ms) frames with the default config:
     # min speech 150 ms = 1200 samples -> 5 frames (1280); end silence 300 ms = 2400 -> 10 frames;
     # pre-roll (150 ms by default) = 1200 samples
-    Case("8 kHz, 256-sample frames, defaults", "." * 12 + "#####" + "." * 10,
-         cfg=VADConfig(end_silence_ms=300), rate=8000, frame=256, expected=[
-             (16, SpeechStarted(12 * 256, 12 * 256 - VADConfig().pre_roll_ms * 8, 17 * 256)),
-             (17, PauseStarted(17 * 256)),
-             (26, EndOfTurn(17 * 256, 27 * 256)),
-         ]),
-    Case("8 kHz, 256-sample frames, 4 frames is too short", "####" + "." * 10,
-         cfg=VADConfig(end_silence_ms=300), rate=8000, frame=256, expected=[]),
+    Case(
+        "8 kHz, 256-sample frames, defaults",
+        "." * 12 + "#####" + "." * 10,
+        cfg=VADConfig(end_silence_ms=300),
+        rate=8000,
+        frame=256,
+        expected=[
+            (16, SpeechStarted(12 * 256, 12 * 256 - VADConfig().pre_roll_ms * 8, 17 * 256)),
+            (17, PauseStarted(17 * 256)),
+            (26, EndOfTurn(17 * 256, 27 * 256)),
+        ],
+    ),
+    Case(
+        "8 kHz, 256-sample frames, 4 frames is too short",
+        "####" + "." * 10,
+        cfg=VADConfig(end_silence_ms=300),
+        rate=8000,
+        frame=256,
+        expected=[],
+    ),
     # 8 kHz, WebRTC's 240-sample (30 ms) frames: exactly 5 and 10 frames
-    Case("8 kHz, 240-sample frames, defaults", "#####" + "." * 10,
-         cfg=VADConfig(end_silence_ms=300), rate=8000, frame=240, expected=[
-             (4, SpeechStarted(0, 0, 5 * 240)),
-             (5, PauseStarted(5 * 240)),
-             (14, EndOfTurn(5 * 240, 15 * 240)),
-         ]),
-    Case("8 kHz, 240-sample frames, 9 silent frames are not enough", "#####" + "." * 9,
-         cfg=VADConfig(end_silence_ms=300), rate=8000, frame=240, expected=[
-             (4, SpeechStarted(0, 0, 5 * 240)),
-             (5, PauseStarted(5 * 240)),
-         ]),
+    Case(
+        "8 kHz, 240-sample frames, defaults",
+        "#####" + "." * 10,
+        cfg=VADConfig(end_silence_ms=300),
+        rate=8000,
+        frame=240,
+        expected=[
+            (4, SpeechStarted(0, 0, 5 * 240)),
+            (5, PauseStarted(5 * 240)),
+            (14, EndOfTurn(5 * 240, 15 * 240)),
+        ],
+    ),
+    Case(
+        "8 kHz, 240-sample frames, 9 silent frames are not enough",
+        "#####" + "." * 9,
+        cfg=VADConfig(end_silence_ms=300),
+        rate=8000,
+        frame=240,
+        expected=[
+            (4, SpeechStarted(0, 0, 5 * 240)),
+            (5, PauseStarted(5 * 240)),
+        ],
+    ),
 ]
 
 
-def silence_rule(expected: list[tuple[int, EndpointAction]], cfg: VADConfig) -> list[tuple[int, EndpointAction]]:
+def silence_rule(
+    expected: list[tuple[int, EndpointAction]], cfg: VADConfig
+) -> list[tuple[int, EndpointAction]]:
     """Without a policy every turn ends by the silence rule, which waits ``end_silence_ms``."""
     return [
         (i, dataclasses.replace(a, wait_ms=cfg.end_silence_ms) if isinstance(a, EndOfTurn) else a)

@@ -45,10 +45,46 @@ class VADConfig:
     end_silence_ms: int = 250
     #: audio kept from before the detected start so first phonemes are not lost
     pre_roll_ms: int = 150
+    #: longest user turn: after this much of one turn (continuous babble, a TV) it ends
+    #: anyway and is answered, and its buffers are let go (0 = no limit). Whisper's window
+    #: is 30 s; longer turns take its slow path
+    max_turn_s: float = 30.0
     #: webrtcvad aggressiveness 0..3
     webrtc_mode: int = 3
     #: onnxruntime intra-op threads
     threads: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfig:
+    """Turn-taking: when the user has finished, and when their speech continues their turn
+    instead of interrupting the reply (see vad/end_of_turn.py and voice_pipeline/turnstate.py)."""
+
+    #: decide the end of a turn from the words and the sound as well as the silence; off =
+    #: silence alone (``vad.end_silence_ms``)
+    semantic: bool = True
+    #: the audio turn-completion model: "smart-turn" (Smart Turn v3.2, from the pipecat-ai
+    #: wheel, prepared by ``voice-pipeline models``) or "none" (the words alone)
+    model: Literal["smart-turn", "none"] = "smart-turn"
+    #: Smart Turn ONNX file; None = the one prepared by ``voice-pipeline models``
+    model_path: str | None = None
+    #: onnxruntime intra-op threads of the turn model
+    model_threads: int = 1
+    #: P(complete) at or above which the model says the utterance sounds finished
+    complete_threshold: float = 0.5
+    #: the wait when words and sound disagree, or the evidence is not back yet
+    unsure_silence_ms: int = 700
+    #: the longest wait, for an utterance that sounds or reads unfinished; the turn ends
+    #: after this much silence anyway
+    incomplete_silence_ms: int = 2000
+    #: speech after the end of a turn, before its reply is audible, continues that turn
+    #: (the reply is dropped, both parts are transcribed as one message) instead of
+    #: starting a new one
+    continuation: bool = True
+    #: ... and so does speech starting up to this long after the reply's first audio left
+    #: (the user had not heard it yet, or could not react: transport latency ~50-150 ms +
+    #: reaction ~200 ms); later speech over the reply is a barge-in
+    continuation_grace_ms: int = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +138,7 @@ class LLMConfig:
     #: each request (system prompt + past turns + the new user message) is cut to about this
     #: many tokens, and the session keeps no more history than fits: oldest whole turns are
     #: dropped first; the system prompt and the new user message always stay (tokens are
-    #: estimated, see voice_pipeline.turns.estimate_tokens)
+    #: estimated, see voice_pipeline.history.estimate_tokens)
     history_max_tokens: int = 1024
     #: if the first clause of the reply is not ready this long after the end of the user's
     #: speech, speak ``filler_text`` first (0 = off); the ledger records it apart
@@ -265,6 +301,7 @@ class ServerConfig:
 @dataclass(frozen=True, slots=True)
 class Config:
     vad: VADConfig = field(default_factory=VADConfig)
+    turn: TurnConfig = field(default_factory=TurnConfig)
     asr: ASRConfig = field(default_factory=ASRConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     tts: TTSConfig = field(default_factory=TTSConfig)
@@ -404,6 +441,15 @@ def validate(cfg: Config) -> None:
         raise ConfigError("vad: end_silence_ms must be >= 32; min_speech_ms, pre_roll_ms >= 0")
     if not 0 <= v.webrtc_mode <= 3:
         raise ConfigError("vad.webrtc_mode: must be 0..3")
+    if v.max_turn_s < 0 or 0 < v.max_turn_s < 1:
+        raise ConfigError("vad.max_turn_s: must be 0 (no limit) or at least 1")
+    t = cfg.turn
+    if not v.end_silence_ms <= t.unsure_silence_ms <= t.incomplete_silence_ms:
+        raise ConfigError("turn: need vad.end_silence_ms <= unsure_silence_ms <= incomplete_silence_ms")
+    if not 0.0 < t.complete_threshold < 1.0 or t.model_threads < 1 or t.continuation_grace_ms < 0:
+        raise ConfigError(
+            "turn: need 0 < complete_threshold < 1, model_threads >= 1, continuation_grace_ms >= 0"
+        )
     if cfg.audio.pipeline_rate_hz not in (8000, 16000):
         raise ConfigError("audio.pipeline_rate_hz: must be 8000 or 16000")
     if cfg.audio.frame_ms not in (10, 20, 30, 40, 60, 100):

@@ -29,6 +29,17 @@ class EndpointDetected:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnContinued:
+    """The user went on speaking after the end of this turn, before its reply was heard:
+    the reply so far (text and audio) is dropped -- transports flush it -- and the turn
+    is open again. It ends with a new ``EndpointDetected`` and a transcript of the whole
+    utterance, both parts."""
+
+    turn_id: int
+    t_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class TranscriptPartial:
     turn_id: int
     t_ns: int
@@ -107,6 +118,7 @@ class TurnFailed:
 Event = (
     SpeechStarted
     | EndpointDetected
+    | TurnContinued
     | TranscriptPartial
     | TranscriptFinalized
     | AssistantTextStreamed

@@ -141,6 +141,42 @@ class WorkAccount:
 
 
 @dataclass(frozen=True, slots=True)
+class EndOfTurnRecord:
+    """How the user's turn was decided over (see vad/end_of_turn.py)."""
+
+    #: the rule that ended it (vad.end_of_turn.Rule)
+    rule: str
+    #: silence from the VAD's last voiced frame to the decision, ms
+    silence_ms: float
+    #: the silence the rule required, ms (0 for push-to-talk and the maximum length)
+    wait_ms: float
+    #: the turn model's P(complete) of the last pause (None: no model, or not back)
+    p_complete: float | None
+    #: what the words of the last pause said (vad.end_of_turn.Cue; None: not back)
+    cue: str | None
+    #: when the words and the model's answer came back, ms after the VAD's last voiced frame
+    words_after_ms: float | None = None
+    sound_after_ms: float | None = None
+    #: the turn model's own compute time on the last pause, ms
+    sound_compute_ms: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        def r(v: float | None, nd: int = 1) -> float | None:
+            return None if v is None else round(v, nd)
+
+        return {
+            "rule": self.rule,
+            "silence_ms": r(self.silence_ms),
+            "wait_ms": r(self.wait_ms),
+            "p_complete": r(self.p_complete, 3),
+            "cue": self.cue,
+            "words_after_ms": r(self.words_after_ms),
+            "sound_after_ms": r(self.sound_after_ms),
+            "sound_compute_ms": r(self.sound_compute_ms),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRecord:
     """What the ledger knows about one finished turn (JSON-ready via :meth:`as_dict`)."""
 
@@ -169,6 +205,14 @@ class TurnRecord:
     compute_ms: dict[str, float] = field(default_factory=dict)
     #: voice_to_voice minus the union of the compute spans (ms); None without voice_to_voice
     overhead_ms: float | None = None
+    #: how the user's turn ended (None for a turn that never ended on its own)
+    end_of_turn: EndOfTurnRecord | None = None
+    #: times the user went on after the end of this turn, before its reply was heard
+    #: (the reply was dropped and both parts transcribed as one message)
+    continuations: int = 0
+    #: work of those dropped replies (``work`` is the answer's own)
+    discarded_tokens: int = 0
+    discarded_audio_s: float = 0.0
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
         marks = (
@@ -192,6 +236,8 @@ class TurnRecord:
             "interruption": self.interruption,
             "failed": self.failed,
             "filler_ms": None if self.filler_ms is None else round(self.filler_ms, 1),
+            "end_of_turn": None if self.end_of_turn is None else self.end_of_turn.as_dict(),
+            "continuations": self.continuations,
             "critical_path": {
                 "compute_ms": {k: round(v, 1) for k, v in self.compute_ms.items()},
                 "overhead_ms": None if self.overhead_ms is None else round(self.overhead_ms, 1),
@@ -203,6 +249,7 @@ class TurnRecord:
                 "audio_heard_s": round(self.work.audio_heard_s, 3),
                 "wasted_audio_s": round(self.work.wasted_audio_s, 3),
             },
+            "discarded": {"llm_tokens": self.discarded_tokens, "audio_s": round(self.discarded_audio_s, 3)},
         }
 
 
@@ -223,6 +270,11 @@ class TurnLedger:
         self.interruption: str | None = None
         self.llm_prefetched = False
         self.failed: str | None = None
+        self.end_of_turn: EndOfTurnRecord | None = None
+        self.continuations = 0
+        self.discarded_tokens = 0
+        self.discarded_audio_s = 0.0
+        self._allowance_ms: dict[str, float] = {}
 
     def mark(self, mark: Mark, t_ns: int) -> list[BudgetBreach]:
         """Record ``mark`` at ``t_ns``; return the budgets broken by stages it ends."""
@@ -234,11 +286,36 @@ class TurnLedger:
             if stage.end is not mark or stage.start not in self._marks:
                 continue
             ms = (t_ns - self._marks[stage.start]) / 1e6
-            budget: float = getattr(self._budget, stage.budget_key)
+            budget: float = getattr(self._budget, stage.budget_key) + self._allowance_ms.get(stage.name, 0.0)
             if ms > budget:
                 new.append(BudgetBreach(stage.name, ms, budget))
         self._breaches.extend(new)
         return new
+
+    def allow(self, ms: float, *stages: str) -> None:
+        """Extend the budget of ``stages`` by ``ms`` for this turn: a wait the end-of-turn
+        policy chose on purpose (the user sounded or read unfinished) is not a breach.
+        The stage durations are recorded as measured either way."""
+        for stage in stages:
+            self._allowance_ms[stage] = self._allowance_ms.get(stage, 0.0) + ms
+
+    def continued(self, tokens: int, audio_s: float) -> None:
+        """The user went on speaking: the turn is open again. Everything after its speech
+        start is forgotten; the dropped reply's work is kept as discarded."""
+        self._marks = {m: t for m, t in self._marks.items() if m is Mark.SPEECH_START}
+        self._spans.clear()
+        self._breaches.clear()
+        self._allowance_ms.clear()
+        self.continuations += 1
+        self.discarded_tokens += tokens
+        self.discarded_audio_s += audio_s
+        self.llm_tokens = 0
+        self.audio_synthesized_s = 0.0
+        self.asr_decode_ms = 0.0
+        self.asr_speculative = False
+        self.llm_prefetched = False
+        self.false_interruptions = 0
+        self.end_of_turn = None
 
     def compute(self, name: str, start_ns: int, end_ns: int) -> None:
         """Record a model's compute span on the critical path (the first one of a name wins)."""
@@ -296,6 +373,10 @@ class TurnLedger:
             filler_ms=None if speech_end is None or filler is None else (filler - speech_end) / 1e6,
             compute_ms={} if path is None else path[0],
             overhead_ms=None if path is None else path[1],
+            end_of_turn=self.end_of_turn,
+            continuations=self.continuations,
+            discarded_tokens=self.discarded_tokens,
+            discarded_audio_s=self.discarded_audio_s,
         )
 
 

@@ -88,11 +88,19 @@ class ReplySpeaker:
         transport: Transport,
         on_sent: Callable[[NDArray[np.int16]], None],
         on_cleared: Callable[[], None],
+        *,
+        on_started: Callable[[], None] | None = None,
+        played_base: int = 0,
     ) -> None:
+        """``on_started``: called when the first audio is added (the reply becomes audible);
+        ``played_base``: samples of ``turn_id`` the listener played before this reply (a
+        reply dropped when the user continued the turn), not counted as this reply's."""
         self.turn_id = turn_id
         self._transport = transport
         self._on_sent = on_sent
         self._on_cleared = on_cleared
+        self._on_started = on_started
+        self._played_base = played_base
         self._audio: list[NDArray[np.int16]] = []
         self.total = 0  # samples synthesized
         self.sent = 0  # samples handed to the transport (rewound to what was played on pause)
@@ -106,9 +114,16 @@ class ReplySpeaker:
         return self.total > 0
 
     async def add(self, pcm: NDArray[np.int16]) -> None:
+        started = self.started
         self._audio.append(pcm)
         self.total += len(pcm)
+        if not started and self.started and self._on_started is not None:
+            self._on_started()
         await self._send_pending()
+
+    def played(self) -> int:
+        """Samples of this reply the listener has played."""
+        return min(max(0, self._transport.played_samples(self.turn_id) - self._played_base), self.total)
 
     async def _send_pending(self) -> None:
         while not self.paused and self.sent < self.total:
@@ -129,7 +144,7 @@ class ReplySpeaker:
         self._running.clear()
         self._transport.clear(self.turn_id)
         self._on_cleared()
-        played = min(self._transport.played_samples(self.turn_id), self.total)
+        played = self.played()
         self.sent = played
         return played
 

@@ -207,6 +207,23 @@ class TurnView {
     p.classList.toggle("no-words", !text);
   }
 
+  /** The user went on speaking before hearing the reply: listening again, the reply void. */
+  continued() {
+    this.final = false;
+    this.reply = "";
+    const p = this.q(".user .text");
+    p.classList.remove("final", "no-words");
+    p.classList.add("listening");
+    this.q(".tentative").textContent = " …";
+    this.q(".assistant").hidden = true;
+    this.q(".assistant .text").textContent = "";
+    if (this.stateTag) {
+      this.stateTag.remove();
+      this.stateTag = null;
+    }
+    if (!this.continuedTag) this.continuedTag = this.tag("continued", "muted");
+  }
+
   replyDelta(delta) {
     this.reply += delta;
     this.q(".assistant").hidden = false;
@@ -543,6 +560,10 @@ class Session {
         break;
       case "speech.started":
         turns.get(msg.turn_id);
+        break;
+      case "turn.continued":
+        // the user went on before hearing the reply: it is void, the turn is open again
+        turns.get(msg.turn_id).continued();
         break;
       case "transcript.partial":
         turns.get(msg.turn_id).partial(msg.committed, msg.tentative);

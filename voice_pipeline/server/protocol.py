@@ -256,6 +256,8 @@ def event_message(event: ev.Event, origin_ns: int) -> Json | None:
     match event:
         case ev.SpeechStarted(turn_id=tid):
             return {"type": "speech.started", "turn_id": tid}
+        case ev.TurnContinued(turn_id=tid):
+            return {"type": "turn.continued", "turn_id": tid}
         case ev.TranscriptPartial(turn_id=tid, committed=committed, tentative=tentative):
             return {
                 "type": "transcript.partial",

@@ -1,0 +1,636 @@
+"""The turn state machine, table-driven: scripts of inputs, the commands and phases they cause.
+
+No event loop, no audio. Frames are written as in tests/test_vad_endpointer.py, one
+character per 32 ms VAD frame: ``#`` voiced (0.9), ``.`` silence (0.0). Time is the
+input timeline: frame ``i`` starts at ``i * 32 ms``.
+
+Small numbers so the scripts stay short: min speech 2 frames, end silence (short
+wait) 3 frames, unsure (medium) 6, incomplete (long) 10, continuation grace 3 frames,
+barge-in pause after 2 voiced frames, confirm after 5, pre-roll 1 frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
+from voice_pipeline.bargein import InterruptionKind
+from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
+from voice_pipeline.turnstate import (
+    TRANSITIONS,
+    Answer,
+    BeginTurn,
+    CancelReason,
+    CancelReply,
+    Command,
+    ContinueTurn,
+    Dismiss,
+    EndTurn,
+    PauseReply,
+    Phase,
+    Prefetch,
+    ResumeReply,
+    Seal,
+    Speculate,
+    StartReply,
+    Step,
+    StopSpeculating,
+    TurnMachine,
+    TurnStateError,
+    _Turn,
+)
+
+RATE = 16000
+F = 512  # samples per frame
+FRAME_NS = F * 1_000_000_000 // RATE  # 32 ms
+PROB = {"#": 0.9, ".": 0.0}
+
+VAD = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=0.0)
+TURN = TurnConfig(unsure_silence_ms=192, incomplete_silence_ms=320, continuation_grace_ms=96)
+BARGE = BargeInConfig(min_speech_ms=64, confirm_speech_ms=160)
+
+
+def t_of(sample: int) -> int:
+    return sample * 1_000_000_000 // RATE
+
+
+# ---------------------------------------------------------------- script steps
+
+
+@dataclass(frozen=True)
+class Frames:
+    pattern: str
+    echo: bool = False  # the long-window echo probe says it is the assistant's voice
+
+
+@dataclass(frozen=True)
+class Words:
+    cue: Cue
+
+
+@dataclass(frozen=True)
+class Sound:
+    p: float | None  # None = the model failed
+
+
+@dataclass(frozen=True)
+class Heard:
+    """The final transcript of ``turn``; ``said``: the reply it was spoken over."""
+
+    turn: int
+    text: str
+    said: str = ""
+
+
+@dataclass(frozen=True)
+class Audible:
+    turn: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    turn: int
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    pass
+
+
+@dataclass(frozen=True)
+class PttDown:
+    pass
+
+
+@dataclass(frozen=True)
+class PttUp:
+    pass
+
+
+Input = Frames | Words | Sound | Heard | Audible | Finished | Interrupt | PttDown | PttUp
+
+
+@dataclass
+class Driver:
+    m: TurnMachine
+    frames: int = 0
+    pause_end: int = 0  # speech end of the last Speculate
+
+    @property
+    def now(self) -> int:
+        return self.frames * FRAME_NS
+
+    def apply(self, step: Input) -> list[Command]:
+        m = self.m
+        match step:
+            case Frames(pattern=pattern, echo=echo):
+                out: list[Command] = []
+                for ch in pattern:
+                    start = self.now
+                    self.frames += 1
+                    out += m.frame(PROB[ch], frame_start_ns=start, now_ns=self.now, is_echo=lambda _o: echo)
+                for c in out:
+                    if isinstance(c, Speculate):
+                        self.pause_end = c.speech_end_sample
+                return out
+            case Words(cue=cue):
+                assert m.user is not None
+                return m.evidence(m.user, self.pause_end, cue=cue)
+            case Sound(p=p):
+                assert m.user is not None
+                if p is None:
+                    return m.evidence(m.user, self.pause_end, sound_failed=True)
+                return m.evidence(m.user, self.pause_end, p_complete=p)
+            case Heard(turn=turn, text=text, said=said):
+                return m.transcribed(turn, text, said)
+            case Audible(turn=turn):
+                return m.reply_audible(turn, self.now)
+            case Finished(turn=turn):
+                return m.reply_finished(turn)
+            case Interrupt():
+                return m.interrupt(self.now)
+            case PttDown():
+                return m.ptt_pressed(self.frames * F, self.now)
+            case PttUp():
+                return m.ptt_released(self.frames * F)
+        raise AssertionError(step)  # pragma: no cover
+
+
+def machine(
+    vad: VADConfig = VAD,
+    turn: TurnConfig = TURN,
+    barge: BargeInConfig = BARGE,
+    *,
+    model: bool = True,
+    semantic: bool = True,
+) -> TurnMachine:
+    policy = (
+        EndOfTurnPolicy(
+            vad.end_silence_ms, turn.unsure_silence_ms, turn.incomplete_silence_ms, uses_model=model
+        )
+        if semantic
+        else None
+    )
+    return TurnMachine(
+        vad, turn, barge, sample_rate_hz=RATE, frame_samples=F, time_of=t_of, policy=policy, prefetch=True
+    )
+
+
+def end(
+    turn: int, speech_end_frame: int, decided_frame: int, rule: Rule, wait_ms: int
+) -> Callable[[Command], bool]:
+    """Matches an EndTurn without spelling out the evidence."""
+
+    def match(c: Command) -> bool:
+        return (
+            isinstance(c, EndTurn)
+            and c.turn_id == turn
+            and (c.end.speech_end_sample, c.end.decided_sample) == (speech_end_frame * F, decided_frame * F)
+            and c.end.rule is rule
+            and c.end.wait_ms == wait_ms
+        )
+
+    match.__name__ = f"EndTurn({turn}, {rule}, frames {speech_end_frame}->{decided_frame})"
+    return match
+
+
+Expect = Command | Callable[[Command], bool]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    script: list[tuple[Input, list[Expect], dict[int, Phase]]]
+    make: Callable[[], TurnMachine] = field(default=machine)
+
+
+def same(expected: list[Expect], got: list[Command]) -> bool:
+    if len(expected) != len(got):
+        return False
+    return all(
+        e(g) if callable(e) and not isinstance(e, type) else e == g
+        for e, g in zip(expected, got, strict=True)
+    )
+
+
+L, MF, RE, AU, PA = Phase.LISTENING, Phase.MAYBE_FINISHED, Phase.REPLYING, Phase.AUDIBLE, Phase.PAUSED
+DONE = Phase.DONE
+
+# a question: 2 voiced frames (speech starts on the 2nd: onset 0, pre-roll clamped at 0)
+ASK: list[tuple[Input, list[Expect], dict[int, Phase]]] = [
+    (Frames("##"), [BeginTurn(1, 0, 0, None)], {1: L}),
+    (Frames("."), [Speculate(1, 2 * F)], {1: MF}),
+]
+
+
+def answered(
+    turn: int = 1, speech_end_frame: int = 2, decided: int = 5
+) -> list[tuple[Input, list[Expect], dict[int, Phase]]]:
+    """The words and the sound say complete: the turn ends after the short wait."""
+    return [
+        (Words(Cue.NEUTRAL), [Prefetch(turn)], {turn: MF}),
+        (Sound(0.9), [], {turn: MF}),
+        (
+            Frames("." * (decided - speech_end_frame - 1)),
+            [end(turn, speech_end_frame, decided, Rule.COMPLETE, 96), StartReply(turn)],
+            {turn: RE},
+        ),
+    ]
+
+
+CASES = [
+    Case("a complete question ends after the short wait", [*ASK, *answered()]),
+    Case(
+        "an unfinished sentence waits the long silence, then ends anyway",
+        [
+            *ASK,
+            (Words(Cue.INCOMPLETE), [], {1: MF}),  # no prefetch for an unfinished sentence
+            (Sound(0.98), [], {1: MF}),  # synthetic voices sound finished: the words hold it
+            (Frames("." * 8), [], {1: MF}),  # the short and the medium wait pass
+            (Frames("."), [end(1, 2, 12, Rule.INCOMPLETE, 320), StartReply(1)], {1: RE}),
+        ],
+    ),
+    Case(
+        "a pause mid-sentence: the speaker goes on, one turn, then a complete end",
+        [
+            *ASK,
+            (Words(Cue.INCOMPLETE), [], {1: MF}),
+            (Frames("...."), [], {1: MF}),
+            (Frames("#"), [StopSpeculating(1)], {1: L}),
+            (Frames("#."), [Speculate(1, 9 * F)], {1: MF}),
+            *answered(speech_end_frame=9, decided=12),
+        ],
+    ),
+    Case(
+        "the model hears an unfinished sentence the words do not show: the long wait",
+        [
+            *ASK,
+            (Words(Cue.NEUTRAL), [Prefetch(1)], {1: MF}),
+            (Sound(0.1), [], {1: MF}),
+            (Frames("." * 9), [end(1, 2, 12, Rule.INCOMPLETE, 320), StartReply(1)], {1: RE}),
+        ],
+    ),
+    Case(
+        "words and sound disagree (a question that sounds unfinished): the medium wait",
+        [
+            *ASK,
+            (Sound(0.2), [], {1: MF}),
+            (Words(Cue.COMPLETE), [Prefetch(1)], {1: MF}),
+            (Frames("." * 5), [end(1, 2, 8, Rule.UNSURE, 192), StartReply(1)], {1: RE}),
+        ],
+    ),
+    Case(
+        "late evidence: the turn ends the moment it arrives",
+        [
+            *ASK,
+            (Frames("...."), [], {1: MF}),  # past the short wait, nothing known
+            (Words(Cue.NEUTRAL), [Prefetch(1)], {1: MF}),  # the sound is still out
+            (Sound(0.9), [end(1, 2, 7, Rule.COMPLETE, 96), StartReply(1)], {1: RE}),
+        ],
+    ),
+    Case(
+        "no evidence by the medium wait: ends there",
+        [*ASK, (Frames("." * 5), [end(1, 2, 8, Rule.NO_VERDICT, 192), StartReply(1)], {1: RE})],
+    ),
+    Case(
+        "a failed turn model loses its vote: the words and the silence decide",
+        [
+            *ASK,
+            (Sound(None), [], {1: MF}),
+            (Words(Cue.NEUTRAL), [Prefetch(1)], {1: MF}),
+            (Frames(".."), [end(1, 2, 5, Rule.COMPLETE, 96), StartReply(1)], {1: RE}),
+        ],
+    ),
+    Case(
+        "without a model the words alone decide",
+        [
+            *ASK,
+            (Words(Cue.NEUTRAL), [Prefetch(1)], {1: MF}),
+            (Frames(".."), [end(1, 2, 5, Rule.COMPLETE, 96), StartReply(1)], {1: RE}),
+        ],
+        make=lambda: machine(model=False),
+    ),
+    Case(
+        "semantic policy off: silence alone, whatever the words",
+        [
+            *ASK,
+            (Words(Cue.INCOMPLETE), [], {1: MF}),
+            (Frames(".."), [end(1, 2, 5, Rule.SILENCE, 96), StartReply(1)], {1: RE}),
+        ],
+        make=lambda: machine(semantic=False),
+    ),
+    Case(
+        "speech before the reply is audible continues the turn",
+        [
+            *ASK,
+            *answered(),
+            (Frames("#"), [], {1: RE}),
+            (Frames("#"), [ContinueTurn(1, 5 * F)], {1: L}),
+            (Frames("."), [Speculate(1, 7 * F)], {1: MF}),
+            *answered(speech_end_frame=7, decided=10),
+            (Audible(1), [], {1: AU}),
+            (Frames("." * 3), [], {1: AU}),
+            (Frames("."), [Seal(1)], {1: AU}),  # the grace is over
+            (Finished(1), [], {}),
+        ],
+    ),
+    Case(
+        "speech starting within the grace after the reply became audible continues the turn",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("..#"), [], {1: AU}),  # onset 64 ms after the first audio
+            # the barge-in tracker pauses it at the same frame the speech starts: it continues
+            (Frames("#"), [PauseReply(1, 7 * FRAME_NS), ContinueTurn(1, 7 * F)], {1: L}),
+        ],
+    ),
+    Case(
+        "speech after the grace is a barge-in: paused at once, confirmed by its words",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (Frames("##"), [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1)], {1: PA, 2: L}),
+            (Frames("."), [Speculate(2, 11 * F)], {1: PA, 2: MF}),
+            (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),  # no prefetch for an utterance over a reply
+            (Sound(0.9), [], {1: PA, 2: MF}),
+            (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
+            (
+                Heard(2, "tell me more", said="sure"),
+                [CancelReply(1, CancelReason.WORDS, True), Answer(2, InterruptionKind.WORDS)],
+                {1: Phase.INTERRUPTED, 2: RE},
+            ),
+            (Finished(1), [], {2: RE}),
+            (Audible(2), [], {2: AU}),
+            (Frames("...."), [Seal(2)], {2: AU}),
+            (Finished(2), [], {}),
+        ],
+    ),
+    Case(
+        "a backchannel over the reply: it resumes where it stopped, no answer",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (
+                Frames("##."),
+                [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)],
+                {1: PA, 2: MF},
+            ),
+            (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
+            (Sound(0.9), [], {1: PA, 2: MF}),
+            (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
+            (
+                Heard(2, "uh-huh"),
+                [ResumeReply(1, InterruptionKind.BACKCHANNEL), Dismiss(2, InterruptionKind.BACKCHANNEL)],
+                {1: AU, 2: RE},
+            ),
+            (Finished(2), [Seal(2)], {1: AU}),
+        ],
+    ),
+    Case(
+        "a backchannel without resume_after_false_interruption stops the reply",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (
+                Frames("##."),
+                [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)],
+                {1: PA, 2: MF},
+            ),
+            (Frames("." * 5), [end(2, 11, 17, Rule.NO_VERDICT, 192), StartReply(2)], {1: PA, 2: RE}),
+            (
+                Heard(2, "okay"),
+                [
+                    CancelReply(1, CancelReason.STOPPED_BY_BACKCHANNEL),
+                    Dismiss(2, InterruptionKind.BACKCHANNEL),
+                ],
+                {1: Phase.INTERRUPTED, 2: RE},
+            ),
+        ],
+        make=lambda: machine(
+            barge=BargeInConfig(
+                min_speech_ms=64, confirm_speech_ms=160, resume_after_false_interruption=False
+            )
+        ),
+    ),
+    Case(
+        "the assistant's own words coming back are echo: it resumes",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (Frames("##"), [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1)], {1: PA, 2: L}),
+            (
+                Frames("." * 6),
+                [Speculate(2, 11 * F), end(2, 11, 17, Rule.NO_VERDICT, 192), StartReply(2)],
+                {1: PA, 2: RE},
+            ),
+            (
+                Heard(2, "the answer is forty two", said="Sure, the answer is forty two."),
+                [ResumeReply(1, InterruptionKind.ECHO), Dismiss(2, InterruptionKind.ECHO)],
+                {1: AU, 2: RE},
+            ),
+        ],
+    ),
+    Case(
+        "echo the long window catches never pauses the reply",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            # the per-frame gate let it through (a new turn starts), the long probe says echo
+            (Frames("##", echo=True), [BeginTurn(2, 9 * F, 8 * F, 1)], {1: AU, 2: L}),
+        ],
+    ),
+    Case(
+        "long speech over the reply confirms the interruption before its words are known",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (Frames("##"), [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1)], {1: PA, 2: L}),
+            (Frames("###"), [CancelReply(1, CancelReason.LONG_SPEECH, True)], {1: Phase.INTERRUPTED, 2: L}),
+        ],
+    ),
+    Case(
+        "an explicit interrupt stops a reply being prepared and one that plays",
+        [
+            *ASK,
+            *answered(),
+            (Interrupt(), [CancelReply(1, CancelReason.EXPLICIT, True)], {1: Phase.INTERRUPTED}),
+            (Finished(1), [Seal(1)], {}),
+            (Frames("##"), [BeginTurn(2, 5 * F, 5 * F, None)], {2: L}),  # pre-roll clamped: turn 1's end
+            (Frames("."), [Speculate(2, 7 * F)], {2: MF}),
+            *answered(turn=2, speech_end_frame=7, decided=10),
+            (Audible(2), [], {2: AU}),
+            (
+                Interrupt(),
+                [PauseReply(2, 10 * FRAME_NS), CancelReply(2, CancelReason.EXPLICIT, True)],
+                {2: Phase.INTERRUPTED},
+            ),
+        ],
+    ),
+    Case(
+        "push-to-talk decides the turn: pauses and silence do not end it",
+        [
+            (Frames(".."), [], {}),
+            (PttDown(), [BeginTurn(1, 2 * F, 1 * F, None)], {1: L}),
+            (Frames("##...##......"), [], {1: L}),
+            (PttUp(), [end(1, 15, 15, Rule.PUSH_TO_TALK, 0), StartReply(1), Seal(1)], {1: RE}),
+            # a push-to-talk turn is not continued: speech now is a new turn
+            (
+                Frames("##"),
+                [CancelReply(1, CancelReason.UNHEARD), BeginTurn(2, 15 * F, 15 * F, None)],
+                {1: Phase.INTERRUPTED, 2: L},
+            ),
+        ],
+    ),
+    Case(
+        "push-to-talk pressed while the assistant speaks interrupts it",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (
+                PttDown(),
+                [
+                    PauseReply(1, 5 * FRAME_NS),
+                    CancelReply(1, CancelReason.EXPLICIT, True),
+                    BeginTurn(2, 5 * F, 4 * F, None),
+                    Seal(1),
+                ],
+                {1: Phase.INTERRUPTED, 2: L},
+            ),
+            (
+                PttUp(),
+                [end(2, 5, 5, Rule.PUSH_TO_TALK, 0), StartReply(2), Seal(2)],
+                {1: Phase.INTERRUPTED, 2: RE},
+            ),
+        ],
+    ),
+    Case(
+        "push-to-talk pressed during a VAD pause takes the turn over",
+        [
+            *ASK,
+            (PttDown(), [StopSpeculating(1)], {1: L}),
+            (Frames("...."), [], {1: L}),
+            (PttUp(), [end(1, 7, 7, Rule.PUSH_TO_TALK, 0), StartReply(1), Seal(1)], {1: RE}),
+        ],
+    ),
+    Case(
+        "a turn longer than max_turn ends anyway and is not continued",
+        [
+            (Frames("#" * 31), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Frames("#"), [end(1, 32, 32, Rule.MAX_TURN, 0), StartReply(1), Seal(1)], {1: RE}),
+            # the babble goes on: a new turn, the first reply (never heard) is dropped
+            (
+                Frames("##"),
+                [CancelReply(1, CancelReason.UNHEARD), BeginTurn(2, 32 * F, 32 * F, None)],
+                {1: Phase.INTERRUPTED, 2: L},
+            ),
+        ],
+        make=lambda: machine(VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)),
+    ),
+    Case(
+        "continuation off: speech before the reply is heard cancels it and starts a new turn",
+        [
+            *ASK,
+            *answered(),
+            (
+                Frames("##"),
+                [CancelReply(1, CancelReason.UNHEARD), BeginTurn(2, 5 * F, 5 * F, None), Seal(1)],
+                {1: Phase.INTERRUPTED, 2: L},
+            ),
+        ],
+        make=lambda: machine(
+            turn=TurnConfig(unsure_silence_ms=192, incomplete_silence_ms=320, continuation=False)
+        ),
+    ),
+    Case(
+        "barge-in off: speech over the reply does not pause it; the next turn supersedes it",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (Frames("##."), [BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)], {1: AU, 2: MF}),
+            (
+                Frames("." * 5),
+                [
+                    end(2, 11, 17, Rule.NO_VERDICT, 192),
+                    CancelReply(1, CancelReason.SUPERSEDED),
+                    StartReply(2),
+                ],
+                {1: Phase.INTERRUPTED, 2: RE},
+            ),
+        ],
+        make=lambda: machine(barge=BargeInConfig(enabled=False)),
+    ),
+    Case(
+        "no words: nothing to answer",
+        [*ASK, *answered(), (Heard(1, ""), [Dismiss(1, None)], {1: RE}), (Finished(1), [Seal(1)], {})],
+    ),
+    Case(
+        "words: answered",
+        [*ASK, *answered(), (Heard(1, "what time is it"), [Answer(1, None)], {1: RE})],
+    ),
+    Case(
+        "late news of an old reply changes nothing",
+        [
+            *ASK,
+            *answered(),
+            (Finished(1), [Seal(1)], {}),
+            (Finished(1), [], {}),
+            (Audible(1), [], {}),
+            (Heard(1, "hello"), [], {}),
+            (Interrupt(), [], {}),
+            (PttUp(), [], {}),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_script(case: Case) -> None:
+    d = Driver(case.make())
+    for i, (step, expected, phases) in enumerate(case.script):
+        got = d.apply(step)
+        assert same(expected, got), f"step {i} {step}: expected {expected}, got {got}"
+        live = {tid: d.m.phase(tid) for tid in d.m.live}
+        assert live == phases, f"step {i} {step}: phases {live}"
+
+
+def test_every_phase_but_done_has_a_way_out_and_done_has_none() -> None:
+    exits = {phase for phase, _ in TRANSITIONS}
+    assert exits == set(Phase) - {Phase.DONE}
+    assert Phase.DONE in TRANSITIONS.values()
+
+
+def test_a_transition_not_in_the_table_is_a_bug() -> None:
+    m = machine()
+    with pytest.raises(TurnStateError):
+        m._move(_Turn(1, Phase.DONE), Step.CONTINUE)
+
+
+def test_audible_is_the_latest_reply_the_listener_hears() -> None:
+    d = Driver(machine())
+    for step, _, _ in [*ASK, *answered()]:
+        d.apply(step)
+    assert d.m.audible is None  # being prepared: nothing heard yet
+    d.apply(Audible(1))
+    assert d.m.audible == 1
+    d.apply(Frames("...."))
+    d.apply(Frames("##"))
+    assert d.m.audible == 1 and d.m.spoken_over(2) == 1

@@ -1,0 +1,587 @@
+"""The lifecycle of a turn and its reply: one pure state machine (no clock, no asyncio).
+
+Everything that decides who has the floor lives here, the way h11 keeps its state
+machine in one file: the session runtime feeds it what happened (VAD frames, the
+evidence about a pause, transcripts, playback, push-to-talk, an explicit interrupt)
+and carries out the commands it answers with. The finer decisions are delegated to
+pure parts it owns: the :class:`~vad.endpointer.Endpointer` (speech start, pause,
+resume, end of turn by the semantic policy of :mod:`vad.end_of_turn`, the maximum
+turn length) and the :class:`~voice_pipeline.bargein.BargeInTracker` (pause a
+reply at once, confirm the interruption or resume).
+
+Phases of one turn (:class:`Phase`) and every transition (:data:`TRANSITIONS`)::
+
+    LISTENING ──pause──> MAYBE_FINISHED ──end──> REPLYING ──audible──> AUDIBLE ──barge──> PAUSED
+        ^  ^──resume────────┘   LISTENING ──end──┘  │  │                 │ │  ^──resume───┘ │
+        │                                           │  │                 │ │                │
+        └─────────────────continue──────────────────┘  └──cancel/finish──┴─┴───────┬────────┘
+                 (speech before the reply was audible,                              v
+                  or within the grace after it)                 INTERRUPTED ──finish──> DONE
+
+* LISTENING: the user is speaking; MAYBE_FINISHED: they paused and the end-of-turn
+  policy is deciding (the speculative ASR decode and the turn model run now).
+* REPLYING: the turn ended and its reply is being prepared -- nothing is audible
+  yet. User speech now **continues** the same turn (:class:`ContinueTurn`): the reply
+  is dropped, the vLLM request aborted, and both parts are transcribed as one
+  utterance. So does speech that starts within ``turn.continuation_grace_ms`` of
+  the reply becoming AUDIBLE: the user had not heard it yet.
+* AUDIBLE: later speech over the reply is a barge-in: a new user turn spoken over
+  it; the tracker PAUSES the reply at once, then the interruption is confirmed
+  (cancel: INTERRUPTED) or found false (a backchannel, noise or echo: AUDIBLE again).
+* DONE: the reply finished, was cancelled, failed, or there was nothing to answer.
+
+At most one turn is LISTENING or MAYBE_FINISHED (the user's); an older one may be
+AUDIBLE or PAUSED under it (the reply spoken over) and one REPLYING.
+
+Not continued, on purpose: a turn ended by ``vad.max_turn_s`` (babble or a TV would
+otherwise hold it forever) and a push-to-talk turn (a new key press is a new turn).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
+from vad.endpointer import (
+    EndOfTurn,
+    EndpointAction,
+    Endpointer,
+    PauseStarted,
+    SpeechResumed,
+    SpeechStarted,
+)
+from voice_pipeline.bargein import (
+    BargeInTracker,
+    ConfirmInterruption,
+    InterruptionKind,
+    classify_interruption,
+)
+from voice_pipeline.bargein import PauseReply as TrackerPause
+from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
+from voice_pipeline.errors import VoicePipelineError
+
+
+class Phase(enum.StrEnum):
+    LISTENING = "listening"
+    MAYBE_FINISHED = "maybe_finished"
+    REPLYING = "replying"
+    AUDIBLE = "audible"
+    PAUSED = "paused"
+    INTERRUPTED = "interrupted"
+    DONE = "done"
+
+
+class Step(enum.StrEnum):
+    PAUSE = "pause"  # the user fell silent
+    RESUME = "resume"  # ... and went on before the turn ended
+    END = "end"  # the turn ended: its reply starts
+    CONTINUE = "continue"  # the user went on after the end: same turn, reply dropped
+    AUDIBLE = "audible"  # the reply's first audio went to the listener
+    BARGE = "barge"  # user speech over the reply paused it
+    RESUME_REPLY = "resume_reply"  # that speech was not an interruption after all
+    CANCEL = "cancel"  # the reply was cancelled
+    FINISH = "finish"  # nothing more happens in this turn
+
+
+_P, _S = Phase, Step
+#: (phase, step) -> phase: every transition a turn can take. Anything else is a bug.
+TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
+    (_P.LISTENING, _S.PAUSE): _P.MAYBE_FINISHED,
+    (_P.LISTENING, _S.END): _P.REPLYING,  # push-to-talk released, or the maximum length
+    (_P.MAYBE_FINISHED, _S.RESUME): _P.LISTENING,
+    (_P.MAYBE_FINISHED, _S.END): _P.REPLYING,
+    (_P.REPLYING, _S.CONTINUE): _P.LISTENING,
+    (_P.REPLYING, _S.AUDIBLE): _P.AUDIBLE,
+    (_P.REPLYING, _S.CANCEL): _P.INTERRUPTED,
+    (_P.REPLYING, _S.FINISH): _P.DONE,
+    (_P.AUDIBLE, _S.CONTINUE): _P.LISTENING,
+    (_P.AUDIBLE, _S.BARGE): _P.PAUSED,
+    (_P.AUDIBLE, _S.CANCEL): _P.INTERRUPTED,
+    (_P.AUDIBLE, _S.FINISH): _P.DONE,
+    (_P.PAUSED, _S.CONTINUE): _P.LISTENING,
+    (_P.PAUSED, _S.RESUME_REPLY): _P.AUDIBLE,
+    (_P.PAUSED, _S.CANCEL): _P.INTERRUPTED,
+    (_P.PAUSED, _S.FINISH): _P.DONE,
+    (_P.INTERRUPTED, _S.FINISH): _P.DONE,
+}
+
+#: phases with a reply in progress
+REPLY_PHASES = frozenset({Phase.REPLYING, Phase.AUDIBLE, Phase.PAUSED})
+#: phases in which the listener hears the reply (a paused one counts: it may resume)
+HEARD_PHASES = frozenset({Phase.AUDIBLE, Phase.PAUSED})
+
+
+class CancelReason(enum.StrEnum):
+    """Why a reply was cancelled (the text of the ``ReplyInterrupted`` event)."""
+
+    UNHEARD = "user speech before the reply was heard"  # continuation off, or not allowed
+    LONG_SPEECH = "barge-in: long speech"
+    WORDS = "barge-in"
+    EXPLICIT = "explicit interrupt"
+    SUPERSEDED = "superseded"  # barge-in off: the next turn replaces the reply
+    STOPPED_BY_NO_WORDS = "stopped by no_words"  # resume_after_false_interruption off
+    STOPPED_BY_BACKCHANNEL = "stopped by backchannel"
+    STOPPED_BY_ECHO = "stopped by echo"
+
+
+_STOPPED_BY = {
+    InterruptionKind.NO_WORDS: CancelReason.STOPPED_BY_NO_WORDS,
+    InterruptionKind.BACKCHANNEL: CancelReason.STOPPED_BY_BACKCHANNEL,
+    InterruptionKind.ECHO: CancelReason.STOPPED_BY_ECHO,
+}
+
+
+class TurnStateError(VoicePipelineError):
+    """A transition not in :data:`TRANSITIONS` was attempted: a bug, not bad input."""
+
+
+# ---------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True, slots=True)
+class BeginTurn:
+    """A new user turn: transcribe from ``start_sample`` (the onset minus the pre-roll)."""
+
+    turn_id: int
+    onset_sample: int
+    start_sample: int
+    #: the reply this utterance is spoken over (a possible barge-in)
+    spoken_over: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueTurn:
+    """The user went on: drop the turn's reply (abort its request, flush its audio) and
+    keep transcribing the same utterance, which has buffered everything since."""
+
+    turn_id: int
+    onset_sample: int
+
+
+@dataclass(frozen=True, slots=True)
+class Speculate:
+    """A pause began: start the final ASR decode and the turn model on the audio so far."""
+
+    turn_id: int
+    speech_end_sample: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopSpeculating:
+    """Speech resumed: the speculation (and any LLM prefetch) is void."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetch:
+    """Start the LLM on the speculative transcript while the pause runs."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    turn_id: int
+    end: EndOfTurn
+
+
+@dataclass(frozen=True, slots=True)
+class StartReply:
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PauseReply:
+    """Stop sending the reply and flush the listener now (barge-in stage 1)."""
+
+    turn_id: int
+    onset_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeReply:
+    """The interruption was false: the reply goes on from where playback stopped."""
+
+    turn_id: int
+    kind: InterruptionKind
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReply:
+    turn_id: int
+    reason: CancelReason
+    #: a confirmed barge-in (the ledger marks ``barge_in_confirmed``)
+    barge_in: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Seal:
+    """The turn can no longer be continued: stop buffering input for it."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The final transcript stands: ask the LLM (``interruption``: what the utterance was,
+    if it was spoken over a reply)."""
+
+    turn_id: int
+    interruption: InterruptionKind | None
+
+
+@dataclass(frozen=True, slots=True)
+class Dismiss:
+    """Nothing to answer: no words, or a backchannel, noise or echo over a reply."""
+
+    turn_id: int
+    interruption: InterruptionKind | None
+
+
+Command = (
+    BeginTurn
+    | ContinueTurn
+    | Speculate
+    | StopSpeculating
+    | Prefetch
+    | EndTurn
+    | StartReply
+    | PauseReply
+    | ResumeReply
+    | CancelReply
+    | Seal
+    | Answer
+    | Dismiss
+)
+
+#: is the user's speech since ``onset_ns`` (up to 1 s of it) the assistant's own voice?
+EchoProbe = Callable[[int], bool]
+
+
+@dataclass(slots=True)
+class _Turn:
+    turn_id: int
+    phase: Phase = Phase.LISTENING
+    spoken_over: int | None = None
+    ended_by: Rule | None = None
+    audible_ns: int | None = None
+    ptt: bool = False
+    sealed: bool = False
+
+
+class TurnMachine:
+    """One per session. Every method takes what happened and returns the commands."""
+
+    def __init__(
+        self,
+        vad: VADConfig,
+        turn: TurnConfig,
+        barge_in: BargeInConfig,
+        *,
+        sample_rate_hz: int,
+        frame_samples: int,
+        time_of: Callable[[int], int],
+        policy: EndOfTurnPolicy | None,
+        prefetch: bool,
+    ) -> None:
+        """``time_of(sample)``: the monotonic time of an input sample; ``policy``: the
+        semantic end-of-turn policy (None = silence alone); ``prefetch``: start the LLM
+        on the speculative transcript (``llm.speculative_start``)."""
+        self._vad = vad
+        self._cfg = turn
+        self._barge_in = barge_in
+        self._rate = sample_rate_hz
+        self._time_of = time_of
+        self._prefetch = prefetch
+        self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
+        self.tracker = BargeInTracker(barge_in, frame_samples * 1000 / sample_rate_hz)
+        self._turns: dict[int, _Turn] = {}
+        self._next_id = 1
+        self.user: int | None = None  # the turn the user is speaking (LISTENING, MAYBE_FINISHED)
+        self._ptt_since_ns: int | None = None  # push-to-talk held since
+        self._ptt_expired = False
+
+    # ------------------------------------------------------------ queries
+
+    def phase(self, turn_id: int) -> Phase:
+        t = self._turns.get(turn_id)
+        return Phase.DONE if t is None else t.phase
+
+    def spoken_over(self, turn_id: int) -> int | None:
+        t = self._turns.get(turn_id)
+        return None if t is None else t.spoken_over
+
+    @property
+    def audible(self) -> int | None:
+        """The reply the listener is hearing (or that is paused by their speech)."""
+        heard = [t for t in self._turns.values() if t.phase in HEARD_PHASES]
+        return heard[-1].turn_id if heard else None
+
+    @property
+    def live(self) -> list[int]:
+        """Turns not DONE, oldest first."""
+        return list(self._turns)
+
+    # ------------------------------------------------------------ inputs
+
+    def frame(self, p: float, *, frame_start_ns: int, now_ns: int, is_echo: EchoProbe) -> list[Command]:
+        """One VAD frame (``p`` with the per-frame echo already removed)."""
+        cmds: list[Command] = []
+        self._barge_in_frame(p, frame_start_ns, is_echo, cmds)
+        steps = self.endpointer.update(p)
+        if self._ptt_since_ns is not None:
+            self._ptt_max_turn(now_ns, cmds)
+        else:  # push-to-talk decides the turn's start and end
+            for step in steps:
+                self._endpoint(step, cmds)
+        self._expire(now_ns, cmds)
+        return cmds
+
+    def evidence(
+        self,
+        turn_id: int,
+        speech_end_sample: int,
+        *,
+        cue: Cue | None = None,
+        p_complete: float | None = None,
+        sound_failed: bool = False,
+    ) -> list[Command]:
+        """The words (``cue``) or the sound (``p_complete``, or ``sound_failed``) of the pause
+        that began after ``speech_end_sample`` are known."""
+        cmds: list[Command] = []
+        t = self._turns.get(turn_id)
+        if t is None or self.user != turn_id or t.phase is not Phase.MAYBE_FINISHED:
+            return cmds
+        if self._ptt_since_ns is not None:
+            return cmds
+        if cue is not None and cue is not Cue.INCOMPLETE and self._prefetch and t.spoken_over is None:
+            cmds.append(Prefetch(turn_id))
+        found = self.endpointer.evidence(
+            speech_end_sample, cue=cue, p_complete=p_complete, sound_failed=sound_failed
+        )
+        for step in found:
+            self._endpoint(step, cmds)
+        return cmds
+
+    def transcribed(self, turn_id: int, text: str, said: str = "") -> list[Command]:
+        """The final transcript of a turn that ended; ``said``: the text of the reply it
+        was spoken over, if any (to tell echo of it apart)."""
+        t = self._turns.get(turn_id)
+        if t is None or t.phase not in REPLY_PHASES:
+            return []
+        over = self._turns.get(t.spoken_over) if t.spoken_over is not None else None
+        if t.spoken_over is None:
+            return [Answer(turn_id, None) if text else Dismiss(turn_id, None)]
+        if over is None or over.phase not in HEARD_PHASES:  # confirmed already, or over
+            kind = InterruptionKind.WORDS if text else InterruptionKind.NO_WORDS
+            return [Answer(turn_id, kind) if text else Dismiss(turn_id, kind)]
+        kind = classify_interruption(text, self._barge_in.backchannels, said)
+        if kind is InterruptionKind.WORDS:
+            return [*self._confirm(over, CancelReason.WORDS), Answer(turn_id, kind)]
+        return [*self._false_interruption(over, kind), Dismiss(turn_id, kind)]
+
+    def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
+        t = self._turns.get(turn_id)
+        if t is not None and t.phase is Phase.REPLYING:
+            self._move(t, Step.AUDIBLE)
+            t.audible_ns = now_ns
+        return []
+
+    def reply_finished(self, turn_id: int) -> list[Command]:
+        """The reply's task ended (completed, cancelled or failed): the turn is over."""
+        t = self._turns.get(turn_id)
+        if t is None or t.phase not in (*REPLY_PHASES, Phase.INTERRUPTED):
+            return []
+        self._move(t, Step.FINISH)
+        del self._turns[turn_id]
+        return [] if t.sealed else [Seal(turn_id)]
+
+    def interrupt(self, now_ns: int) -> list[Command]:
+        """Explicit interrupt: every reply in progress stops now, without waiting for the VAD."""
+        cmds: list[Command] = []
+        for t in list(self._turns.values()):
+            if t.phase is Phase.AUDIBLE:
+                cmds.extend(self._pause(t, now_ns))
+            if t.phase in REPLY_PHASES:
+                cmds.extend(self._confirm(t, CancelReason.EXPLICIT))
+        return cmds
+
+    def ptt_pressed(self, position: int, now_ns: int) -> list[Command]:
+        """Push-to-talk pressed at input sample ``position``: interrupt, and the user's turn
+        starts now (the VAD no longer decides its start or end)."""
+        cmds = self.interrupt(now_ns)
+        self.endpointer.abandon()
+        self._ptt_since_ns = now_ns
+        self._ptt_expired = False
+        if self.user is None:
+            pre = self._vad.pre_roll_ms * self._rate // 1000
+            cmds.extend(self._begin(position, max(0, position - pre), spoken_over=None))
+        t = self._turns[self.user] if self.user is not None else None
+        if t is not None:
+            t.ptt = True
+            if t.phase is Phase.MAYBE_FINISHED:
+                self._move(t, Step.RESUME)
+                cmds.append(StopSpeculating(t.turn_id))
+        return cmds
+
+    def ptt_released(self, position: int) -> list[Command]:
+        """Push-to-talk released: the user's turn ends now (no end-of-speech silence)."""
+        if self._ptt_since_ns is None:
+            return []
+        self._ptt_since_ns = None
+        self.endpointer.abandon()
+        if self.user is None:
+            return []
+        return self._end(EndOfTurn(position, position, Rule.PUSH_TO_TALK))
+
+    # ------------------------------------------------------------ internals
+
+    def _move(self, t: _Turn, step: Step) -> None:
+        nxt = TRANSITIONS.get((t.phase, step))
+        if nxt is None:
+            raise TurnStateError(f"turn {t.turn_id}: no transition {step} from {t.phase}")
+        t.phase = nxt
+
+    def _barge_in_frame(self, p: float, frame_start_ns: int, is_echo: EchoProbe, cmds: list[Command]) -> None:
+        audible = self._turns.get(self.audible or 0)
+        threshold = self._vad.neg_threshold if self.tracker.counting else self._vad.threshold
+        action = self.tracker.frame(
+            voiced=p >= threshold, assistant_audible=audible is not None, frame_start_ns=frame_start_ns
+        )
+        if audible is None:
+            return
+        match action:
+            case TrackerPause(onset_ns=onset):
+                if is_echo(onset):  # frames that slipped through the per-frame gate
+                    self.tracker.resolved()
+                else:
+                    cmds.extend(self._pause(audible, onset))
+            case ConfirmInterruption(onset_ns=onset):
+                if is_echo(onset):  # a long window tells echo apart reliably
+                    cmds.extend(self._false_interruption(audible, InterruptionKind.ECHO))
+                else:
+                    cmds.extend(self._confirm(audible, CancelReason.LONG_SPEECH))
+
+    def _endpoint(self, step: EndpointAction, cmds: list[Command]) -> None:
+        user = self._turns.get(self.user) if self.user is not None else None
+        match step:
+            case SpeechStarted():
+                cmds.extend(self._speech_started(step))
+            case PauseStarted(speech_end_sample=end) if user is not None and user.phase is Phase.LISTENING:
+                self._move(user, Step.PAUSE)
+                cmds.append(Speculate(user.turn_id, end))
+            case SpeechResumed() if user is not None and user.phase is Phase.MAYBE_FINISHED:
+                self._move(user, Step.RESUME)
+                cmds.append(StopSpeculating(user.turn_id))
+            case EndOfTurn() if user is not None:
+                cmds.extend(self._end(step))
+
+    def _speech_started(self, s: SpeechStarted) -> list[Command]:
+        latest = self._latest_reply()
+        if latest is not None and self._can_continue(latest, self._time_of(s.onset_sample)):
+            return self._continue(latest, s.onset_sample)
+        cmds: list[Command] = []
+        if latest is not None and latest.phase is Phase.REPLYING and self._barge_in.enabled:
+            cmds.extend(self._cancel(latest, CancelReason.UNHEARD))
+        cmds.extend(self._begin(s.onset_sample, s.start_sample, spoken_over=self.audible))
+        return cmds
+
+    def _begin(self, onset: int, start: int, *, spoken_over: int | None) -> list[Command]:
+        cmds: list[Command] = [Seal(t.turn_id) for t in self._turns.values() if not t.sealed]
+        for t in self._turns.values():
+            t.sealed = True
+        t = _Turn(self._next_id, spoken_over=spoken_over)
+        self._next_id += 1
+        self._turns[t.turn_id] = t
+        self.user = t.turn_id
+        cmds.insert(0, BeginTurn(t.turn_id, onset, start, spoken_over))
+        return cmds
+
+    def _end(self, end: EndOfTurn) -> list[Command]:
+        assert self.user is not None
+        t = self._turns[self.user]
+        self.user = None
+        self._move(t, Step.END)
+        t.ended_by = end.rule
+        cmds: list[Command] = [EndTurn(t.turn_id, end)]
+        if not self._barge_in.enabled:  # no barge-in: the new turn supersedes what is playing
+            for old in list(self._turns.values()):
+                if old is not t and old.phase in REPLY_PHASES:
+                    cmds.extend(self._cancel(old, CancelReason.SUPERSEDED))
+        cmds.append(StartReply(t.turn_id))
+        if end.rule is Rule.MAX_TURN or t.ptt:
+            t.sealed = True
+            cmds.append(Seal(t.turn_id))
+        return cmds
+
+    def _latest_reply(self) -> _Turn | None:
+        replies = [t for t in self._turns.values() if t.phase in REPLY_PHASES]
+        return replies[-1] if replies else None
+
+    def _can_continue(self, t: _Turn, onset_ns: int) -> bool:
+        if not self._cfg.continuation or t.sealed or t.ptt or t.ended_by is Rule.MAX_TURN:
+            return False
+        if t.phase is Phase.REPLYING:
+            return True
+        grace_ns = self._cfg.continuation_grace_ms * 1_000_000
+        return t.audible_ns is not None and onset_ns - t.audible_ns <= grace_ns
+
+    def _continue(self, t: _Turn, onset: int) -> list[Command]:
+        if t.phase in HEARD_PHASES:
+            self.tracker.resolved()  # its pause (if any) was this same speech
+        self._move(t, Step.CONTINUE)
+        t.ended_by, t.audible_ns = None, None
+        self.user = t.turn_id
+        return [ContinueTurn(t.turn_id, onset)]
+
+    def _expire(self, now_ns: int, cmds: list[Command]) -> None:
+        """Seal a turn whose reply has been audible for longer than the grace -- unless a
+        voiced run that began within the grace may still become speech (it decides)."""
+        grace_ns = self._cfg.continuation_grace_ms * 1_000_000
+        onset = self.endpointer.pending_onset
+        onset_ns = None if onset is None else self._time_of(onset)
+        for t in self._turns.values():
+            if t.sealed or t.audible_ns is None or now_ns - t.audible_ns <= grace_ns:
+                continue
+            if onset_ns is not None and onset_ns - t.audible_ns <= grace_ns:
+                continue
+            t.sealed = True
+            cmds.append(Seal(t.turn_id))
+
+    def _ptt_max_turn(self, now_ns: int, cmds: list[Command]) -> None:
+        since = self._ptt_since_ns
+        limit_ns = round(self._vad.max_turn_s * 1e9)
+        if since is None or self.user is None or self._ptt_expired or limit_ns <= 0:
+            return
+        if now_ns - since >= limit_ns:
+            self._ptt_expired = True
+            pos = self.endpointer.position
+            cmds.extend(self._end(EndOfTurn(pos, pos, Rule.MAX_TURN)))
+
+    def _pause(self, t: _Turn, onset_ns: int) -> list[Command]:
+        if t.phase is not Phase.AUDIBLE:
+            return []
+        self._move(t, Step.BARGE)
+        return [PauseReply(t.turn_id, onset_ns)]
+
+    def _confirm(self, t: _Turn, reason: CancelReason) -> list[Command]:
+        self.tracker.resolved()
+        return self._cancel(t, reason, barge_in=True)
+
+    def _cancel(self, t: _Turn, reason: CancelReason, *, barge_in: bool = False) -> list[Command]:
+        if t.phase not in REPLY_PHASES:
+            return []
+        self._move(t, Step.CANCEL)
+        return [CancelReply(t.turn_id, reason, barge_in)]
+
+    def _false_interruption(self, t: _Turn, kind: InterruptionKind) -> list[Command]:
+        self.tracker.resolved()
+        if t.phase is not Phase.PAUSED:
+            return []  # never stopped: not an interruption at all
+        if not self._barge_in.resume_after_false_interruption:
+            return self._cancel(t, _STOPPED_BY[kind])
+        self._move(t, Step.RESUME_REPLY)
+        return [ResumeReply(t.turn_id, kind)]
