@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from asr.base import ASREngine
     from llm.base import LLM
     from tts.base import TTS
-    from vad.base import VAD
+    from vad.base import VAD, TurnModel
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import ModelPaths
 
@@ -76,11 +76,24 @@ def vllm_engine(config: Config, model_paths: ModelPaths) -> LLM:
 
 
 @pytest.fixture(scope="session")
-async def engines(silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TTS) -> Engines:
-    """All real engines together, warmed up once."""
+def smart_turn(config: Config, model_paths: ModelPaths) -> Iterator[TurnModel]:
+    """The audio turn-completion model of the default config (Smart Turn v3.2)."""
+    from vad import build_turn_model
+
+    model = build_turn_model(config.turn, model_paths.turn)
+    assert model is not None, "the default config has a turn model"
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="session")
+async def engines(
+    silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TTS, smart_turn: TurnModel
+) -> Engines:
+    """All real engines together (as the default config builds them), warmed up once."""
     from voice_pipeline.engines import Engines
 
-    engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper)
+    engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper, turn=smart_turn)
     await engines.warm_up()
     return engines
 

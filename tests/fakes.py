@@ -8,6 +8,7 @@
 * :class:`FakeLLM` -- streams ``reply`` word by word; records requests started,
   finished, aborted and failed; can hold a stream after N tokens or fail it.
 * :class:`FakeTTS` -- 22.05 kHz tone, 60 ms per character.
+* :class:`FakeTurnModel` -- a fixed P(complete), or an error.
 * :class:`RecordingTransport` -- a :class:`voice_pipeline.transport.Transport`
   that records everything and plays audio into a :class:`Playout` on the fake clock.
 * :class:`Driver` -- pushes 20 ms chunks of synthetic input with explicit timestamps.
@@ -147,6 +148,8 @@ class FakeASR:
         self.delay_s = delay_s
         self.error: Exception | None = None
         self.calls = 0
+        #: seconds of audio of every decode, in call order
+        self.decoded_s: list[float] = []
         self.closed = False
         #: decodes block while this is clear (a test holds a decode "running")
         self.gate = threading.Event()
@@ -156,6 +159,7 @@ class FakeASR:
     def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
         with self._lock:
             self.calls += 1
+            self.decoded_s.append(audio.size / RATE)
             text, error = self.text, self.error
         if self.delay_s:
             time.sleep(self.delay_s)
@@ -163,6 +167,31 @@ class FakeASR:
         if error is not None:
             raise error
         return Transcription(text, tuple(text.split()), audio.size / RATE, 1000 * self.delay_s)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+# ---------------------------------------------------------------- turn model
+
+
+class FakeTurnModel:
+    """P(complete) = ``p`` for any audio (or raises ``error``); records the audio lengths."""
+
+    def __init__(self, p: float = 0.9) -> None:
+        self.sample_rate_hz = RATE
+        self.p = p
+        self.error: Exception | None = None
+        self.audio_s: list[float] = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def p_complete(self, audio: NDArray[np.float32]) -> float:
+        with self._lock:
+            self.audio_s.append(audio.size / RATE)
+            if self.error is not None:
+                raise self.error
+            return self.p
 
     def close(self) -> None:
         self.closed = True
@@ -418,9 +447,11 @@ class Fakes:
     asr: FakeASR = field(default_factory=FakeASR)
     llm: FakeLLM = field(default_factory=FakeLLM)
     tts: FakeTTS = field(default_factory=FakeTTS)
+    #: None = no turn model (the end-of-turn policy uses the words alone)
+    turn: FakeTurnModel | None = None
 
     def engines(self) -> Engines:
-        return Engines(vad=self.vad, asr=self.asr, llm=self.llm, tts=self.tts)
+        return Engines(vad=self.vad, asr=self.asr, llm=self.llm, tts=self.tts, turn=self.turn)
 
 
 @dataclass(slots=True)

@@ -19,8 +19,7 @@ import pytest
 from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
 from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
-from voice_pipeline.turnstate import (
-    TRANSITIONS,
+from voice_pipeline.turnevents import (
     Answer,
     BeginTurn,
     CancelReason,
@@ -29,19 +28,16 @@ from voice_pipeline.turnstate import (
     ContinueTurn,
     Dismiss,
     EndTurn,
+    EvidenceFound,
     PauseReply,
-    Phase,
     Prefetch,
     ResumeReply,
     Seal,
     Speculate,
     StartReply,
-    Step,
     StopSpeculating,
-    TurnMachine,
-    TurnStateError,
-    _Turn,
 )
+from voice_pipeline.turnstate import TRANSITIONS, Phase, Step, TurnMachine, TurnStateError, _Turn
 
 RATE = 16000
 F = 512  # samples per frame
@@ -138,12 +134,12 @@ class Driver:
                 return out
             case Words(cue=cue):
                 assert m.user is not None
-                return m.evidence(m.user, self.pause_end, cue=cue)
+                return m.evidence(EvidenceFound(m.user, self.pause_end, cue=cue))
             case Sound(p=p):
                 assert m.user is not None
                 if p is None:
-                    return m.evidence(m.user, self.pause_end, sound_failed=True)
-                return m.evidence(m.user, self.pause_end, p_complete=p)
+                    return m.evidence(EvidenceFound(m.user, self.pause_end, sound_failed=True))
+                return m.evidence(EvidenceFound(m.user, self.pause_end, p_complete=p))
             case Heard(turn=turn, text=text, said=said):
                 return m.transcribed(turn, text, said)
             case Audible(turn=turn):

@@ -15,12 +15,23 @@ reverberation and loudspeaker distortion that leave a larger residual; such
 echo is then caught later, when its transcript turns out to repeat the
 assistant's own words (:mod:`voice_pipeline.bargein`). Clients with their own
 echo cancellation (browsers with ``echoCancellation``) need neither.
+
+:class:`EchoGate` keeps one session's reference and applies the check to its input.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numpy.typing import NDArray
+
+from voice_pipeline.audio import resample_int16, to_float32
+from voice_pipeline.playout import Playout
+
+if TYPE_CHECKING:
+    from voice_pipeline.config import BargeInConfig
+    from voice_pipeline.inputbuf import InputHistory
 
 _SILENT = 1e-7  # mean square below this is treated as silence (about -70 dBFS)
 
@@ -51,3 +62,50 @@ def echo_residual_db(mic: NDArray[np.float32], reference: NDArray[np.float32], m
     explained = np.where(e_ref > _SILENT * n, np.square(c) / np.maximum(e_ref, 1e-30), 0.0)
     residual = max(e_mic - float(explained.max()), e_mic * 1e-6)
     return float(10.0 * np.log10(residual / e_mic))
+
+
+class EchoGate:
+    """One session's echo check: what the listener was sent (the reference, on a timeline
+    of pipeline-rate samples since ``t0_ns``) against the recent microphone input."""
+
+    #: microphone window compared with what was played, per VAD frame
+    WINDOW_S = 0.128
+    #: reference kept
+    KEEP_S = 10.0
+
+    def __init__(self, cfg: BargeInConfig, rate_hz: int, mic: InputHistory, t0_ns: int) -> None:
+        self._cfg = cfg
+        self._rate = rate_hz
+        self._mic = mic
+        self._t0 = t0_ns
+        self.reference = Playout(rate_hz)
+
+    def _pos(self, t_ns: int) -> int:
+        return round((t_ns - self._t0) * self._rate / 1e9)
+
+    def sent(self, turn_id: int, pcm: NDArray[np.int16], rate_hz: int, now_ns: int) -> None:
+        """Reply audio at ``rate_hz`` was handed to the listener at ``now_ns``."""
+        now = self._pos(now_ns)
+        self.reference.send(turn_id, resample_int16(pcm, rate_hz, self._rate), now)
+        self.reference.forget_before(now - int(self.KEEP_S * self._rate))
+
+    def cleared(self, turn_id: int, now_ns: int) -> None:
+        self.reference.clear(turn_id, self._pos(now_ns))
+
+    def is_echo(self, mic_end: int, window_s: float = WINDOW_S) -> bool:
+        """Is the microphone audio before input sample ``mic_end`` the assistant's own voice?"""
+        if not self._cfg.echo_suppression:
+            return False
+        n = int(window_s * self._rate)
+        mic = self._mic.window(mic_end, n)
+        if mic is None:
+            return False
+        end = self._pos(self._mic.time_of(mic_end))
+        lag = self._cfg.echo_max_delay_ms * self._rate // 1000
+        ref = to_float32(self.reference.window(end - n - lag, end))
+        return echo_residual_db(mic, ref, lag) < self._cfg.echo_residual_db
+
+    def speech_is_echo(self, onset_ns: int, mic_end: int) -> bool:
+        """Is the speech since ``onset_ns`` (up to 1 s of it, up to ``mic_end``) echo?"""
+        span = (self._mic.time_of(mic_end) - onset_ns) / 1e9
+        return self.is_echo(mic_end, min(1.0, max(span, self.WINDOW_S)))

@@ -28,6 +28,11 @@ class InputHistory:
         while self._chunks and self._chunks[0][0] < self.position - self._keep:
             self._chunks.popleft()
 
+    @property
+    def chunks(self) -> int:
+        """Chunks kept (bounded by the history's length)."""
+        return len(self._chunks)
+
     def time_of(self, sample: int) -> int:
         """Monotonic time at which input sample ``sample`` was captured (interpolated)."""
         previous: int | None = None

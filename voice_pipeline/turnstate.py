@@ -61,6 +61,24 @@ from voice_pipeline.bargein import (
 from voice_pipeline.bargein import PauseReply as TrackerPause
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
 from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.turnevents import (
+    Answer,
+    BeginTurn,
+    CancelReason,
+    CancelReply,
+    Command,
+    ContinueTurn,
+    Dismiss,
+    EndTurn,
+    EvidenceFound,
+    PauseReply,
+    Prefetch,
+    ResumeReply,
+    Seal,
+    Speculate,
+    StartReply,
+    StopSpeculating,
+)
 
 
 class Phase(enum.StrEnum):
@@ -107,23 +125,13 @@ TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
     (_P.INTERRUPTED, _S.FINISH): _P.DONE,
 }
 
+#: is the user's speech since ``onset_ns`` (up to 1 s of it) the assistant's own voice?
+EchoProbe = Callable[[int], bool]
+
 #: phases with a reply in progress
 REPLY_PHASES = frozenset({Phase.REPLYING, Phase.AUDIBLE, Phase.PAUSED})
 #: phases in which the listener hears the reply (a paused one counts: it may resume)
 HEARD_PHASES = frozenset({Phase.AUDIBLE, Phase.PAUSED})
-
-
-class CancelReason(enum.StrEnum):
-    """Why a reply was cancelled (the text of the ``ReplyInterrupted`` event)."""
-
-    UNHEARD = "user speech before the reply was heard"  # continuation off, or not allowed
-    LONG_SPEECH = "barge-in: long speech"
-    WORDS = "barge-in"
-    EXPLICIT = "explicit interrupt"
-    SUPERSEDED = "superseded"  # barge-in off: the next turn replaces the reply
-    STOPPED_BY_NO_WORDS = "stopped by no_words"  # resume_after_false_interruption off
-    STOPPED_BY_BACKCHANNEL = "stopped by backchannel"
-    STOPPED_BY_ECHO = "stopped by echo"
 
 
 _STOPPED_BY = {
@@ -135,130 +143,6 @@ _STOPPED_BY = {
 
 class TurnStateError(VoicePipelineError):
     """A transition not in :data:`TRANSITIONS` was attempted: a bug, not bad input."""
-
-
-# ---------------------------------------------------------------- commands
-
-
-@dataclass(frozen=True, slots=True)
-class BeginTurn:
-    """A new user turn: transcribe from ``start_sample`` (the onset minus the pre-roll)."""
-
-    turn_id: int
-    onset_sample: int
-    start_sample: int
-    #: the reply this utterance is spoken over (a possible barge-in)
-    spoken_over: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ContinueTurn:
-    """The user went on: drop the turn's reply (abort its request, flush its audio) and
-    keep transcribing the same utterance, which has buffered everything since."""
-
-    turn_id: int
-    onset_sample: int
-
-
-@dataclass(frozen=True, slots=True)
-class Speculate:
-    """A pause began: start the final ASR decode and the turn model on the audio so far."""
-
-    turn_id: int
-    speech_end_sample: int
-
-
-@dataclass(frozen=True, slots=True)
-class StopSpeculating:
-    """Speech resumed: the speculation (and any LLM prefetch) is void."""
-
-    turn_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Prefetch:
-    """Start the LLM on the speculative transcript while the pause runs."""
-
-    turn_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class EndTurn:
-    turn_id: int
-    end: EndOfTurn
-
-
-@dataclass(frozen=True, slots=True)
-class StartReply:
-    turn_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class PauseReply:
-    """Stop sending the reply and flush the listener now (barge-in stage 1)."""
-
-    turn_id: int
-    onset_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class ResumeReply:
-    """The interruption was false: the reply goes on from where playback stopped."""
-
-    turn_id: int
-    kind: InterruptionKind
-
-
-@dataclass(frozen=True, slots=True)
-class CancelReply:
-    turn_id: int
-    reason: CancelReason
-    #: a confirmed barge-in (the ledger marks ``barge_in_confirmed``)
-    barge_in: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Seal:
-    """The turn can no longer be continued: stop buffering input for it."""
-
-    turn_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """The final transcript stands: ask the LLM (``interruption``: what the utterance was,
-    if it was spoken over a reply)."""
-
-    turn_id: int
-    interruption: InterruptionKind | None
-
-
-@dataclass(frozen=True, slots=True)
-class Dismiss:
-    """Nothing to answer: no words, or a backchannel, noise or echo over a reply."""
-
-    turn_id: int
-    interruption: InterruptionKind | None
-
-
-Command = (
-    BeginTurn
-    | ContinueTurn
-    | Speculate
-    | StopSpeculating
-    | Prefetch
-    | EndTurn
-    | StartReply
-    | PauseReply
-    | ResumeReply
-    | CancelReply
-    | Seal
-    | Answer
-    | Dismiss
-)
-
-#: is the user's speech since ``onset_ns`` (up to 1 s of it) the assistant's own voice?
-EchoProbe = Callable[[int], bool]
 
 
 @dataclass(slots=True)
@@ -340,17 +224,9 @@ class TurnMachine:
         self._expire(now_ns, cmds)
         return cmds
 
-    def evidence(
-        self,
-        turn_id: int,
-        speech_end_sample: int,
-        *,
-        cue: Cue | None = None,
-        p_complete: float | None = None,
-        sound_failed: bool = False,
-    ) -> list[Command]:
-        """The words (``cue``) or the sound (``p_complete``, or ``sound_failed``) of the pause
-        that began after ``speech_end_sample`` are known."""
+    def evidence(self, found: EvidenceFound) -> list[Command]:
+        """The words or the sound of a pause are known."""
+        turn_id, cue = found.turn_id, found.cue
         cmds: list[Command] = []
         t = self._turns.get(turn_id)
         if t is None or self.user != turn_id or t.phase is not Phase.MAYBE_FINISHED:
@@ -359,10 +235,10 @@ class TurnMachine:
             return cmds
         if cue is not None and cue is not Cue.INCOMPLETE and self._prefetch and t.spoken_over is None:
             cmds.append(Prefetch(turn_id))
-        found = self.endpointer.evidence(
-            speech_end_sample, cue=cue, p_complete=p_complete, sound_failed=sound_failed
+        steps = self.endpointer.evidence(
+            found.speech_end_sample, cue=cue, p_complete=found.p_complete, sound_failed=found.sound_failed
         )
-        for step in found:
+        for step in steps:
             self._endpoint(step, cmds)
         return cmds
 

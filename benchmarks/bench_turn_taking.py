@@ -1,0 +1,186 @@
+"""Turn-taking on speech with pauses: premature ends of turn and the latency of complete questions.
+
+    .venv/bin/python benchmarks/bench_turn_taking.py [--pauses 0.4,0.8,1.2] [--voices en-us+f3,en-us+m3]
+                                                     [--modes old,new] [--json out.json]
+
+Every sentence of :data:`voice_pipeline.bench.paused.PAUSED_SENTENCES` is spoken by
+espeak-ng (several voices) with a pause of each length between its phrases, and every
+complete question without one; each goes through the real pipeline (Silero, Whisper,
+the turn model, vLLM, Piper) in its own session, in real time, as from a microphone.
+Modes: ``old`` = the end of a turn decided by silence alone and no continuation (the
+behaviour before the semantic policy), ``new`` = the defaults.
+
+Per paused sentence it counts the user turns the pipeline made of it: one is right;
+more is a premature end of turn (the speaker had more to say), whether or not the
+fragment got an answer. ``endpoints inside`` counts ends of turn decided during a
+pause that continuation then undid (no fragment answered). Prints, per mode: the
+premature end-of-turn rate, WER of the answered transcript, voice-to-voice p50/p95 of
+the complete questions, the rules that ended the turns, and the turn model's cost per
+call and how much of it came back within the short silence. Prints figures; asserts
+nothing. Name the CPU beside any figure you publish (it is printed first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from speech import espeak, word_error_rate
+
+from voice_pipeline import events as ev
+from voice_pipeline.bench.paused import COMPLETE_QUESTIONS, PAUSED_SENTENCES, paused_clip
+from voice_pipeline.config import Config, load_config
+from voice_pipeline.engines import Engines
+from voice_pipeline.ledger import percentile
+from voice_pipeline.models import prepare_models
+from voice_pipeline.runner import run_audio
+
+RATE = 16000
+
+
+def cpu_name() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?"
+    )
+    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+    cls = (
+        "AVX-512 BF16"
+        if "avx512_bf16" in flags
+        else "AVX-512"
+        if "avx512f" in flags
+        else "AVX2"
+        if "avx2" in flags
+        else "no AVX2"
+    )
+    return f"{model}, {cls}, {os.cpu_count()} cores"
+
+
+def mode_config(base: Config, mode: str) -> Config:
+    if mode == "old":
+        return dataclasses.replace(
+            base, turn=dataclasses.replace(base.turn, semantic=False, continuation=False)
+        )
+    return base
+
+
+async def run_one(engines: Engines, cfg: Config, audio: np.ndarray) -> dict[str, Any]:
+    continued = 0
+
+    def count(e: ev.Event) -> None:
+        nonlocal continued
+        if isinstance(e, ev.TurnContinued):
+            continued += 1
+
+    lead = np.zeros(RATE // 2, np.float32)
+    res = await run_audio(
+        engines, cfg, np.concatenate([lead, audio, np.zeros(RATE, np.float32)]), RATE, on_event=count
+    )
+    turns = [r for r in res.records if r.user_text or r.assistant_text]
+    return {"records": res.records, "turns": turns, "continued": continued}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pauses", default="0.4,0.8,1.2", help="pause lengths (s), comma-separated")
+    ap.add_argument("--voices", default="en-us+f3,en-us+m3,en-gb+m1", help="espeak-ng voices")
+    ap.add_argument("--modes", default="old,new")
+    ap.add_argument("--questions", type=int, default=2, help="repeats of each complete question per voice")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    pauses = [float(p) for p in args.pauses.split(",")]
+    voices = args.voices.split(",")
+    base = load_config(None)
+    engines = Engines.load(
+        base, prepare_models(base, progress=lambda m: None), lambda m: print(m, file=sys.stderr)
+    )
+    await engines.warm_up()
+    print(f"machine: {cpu_name()}; turn model: {'on' if engines.turn else 'off'}", flush=True)
+    report: dict[str, Any] = {"machine": cpu_name(), "modes": {}}
+    for mode in args.modes.split(","):
+        cfg = mode_config(base, mode)
+        await run_one(engines, cfg, espeak(COMPLETE_QUESTIONS[0]))  # warm, not counted
+        split = total = inside = 0
+        wers: list[float] = []
+        rules: Counter[str] = Counter()
+        sound_ms: list[float] = []
+        sound_late: list[float] = []
+        t0 = time.monotonic()
+        for voice in voices:
+            for phrases in PAUSED_SENTENCES:
+                for pause in pauses:
+                    clip = paused_clip(
+                        lambda t, v=voice: espeak(t, voice=v), phrases, [pause] * (len(phrases) - 1), RATE
+                    )
+                    out = await run_one(engines, cfg, clip.samples)
+                    turns = out["turns"]
+                    total += 1
+                    split += len(turns) > 1
+                    inside += out["continued"]
+                    answered = [r for r in turns if r.assistant_text]
+                    said = " ".join(r.user_text for r in turns)
+                    wers.append(word_error_rate(clip.words_said, said))
+                    for r in out["records"]:
+                        if r.end_of_turn is not None:
+                            rules[r.end_of_turn.rule] += 1
+                            if r.end_of_turn.sound_compute_ms is not None:
+                                sound_ms.append(r.end_of_turn.sound_compute_ms)
+                            if r.end_of_turn.sound_after_ms is not None:
+                                sound_late.append(r.end_of_turn.sound_after_ms)
+                    mark = "ok" if len(turns) == 1 else f"SPLIT x{len(turns)}"
+                    print(
+                        f"[{mode}] {voice:9} pause {pause:.1f}s {mark:9} answered {len(answered)} "
+                        f"continued {out['continued']} {said!r}",
+                        flush=True,
+                    )
+        v2v: list[float] = []
+        for voice in voices:
+            for q in COMPLETE_QUESTIONS:
+                for _ in range(args.questions):
+                    out = await run_one(engines, cfg, espeak(q, voice=voice))
+                    for r in out["turns"]:
+                        if "voice_to_voice" in r.stages_ms:
+                            v2v.append(r.stages_ms["voice_to_voice"])
+                        if r.end_of_turn is not None:
+                            rules[f"question:{r.end_of_turn.rule}"] += 1
+        short_s = base.vad.end_silence_ms
+        hidden = sum(1 for t in sound_late if t <= short_s) / len(sound_late) if sound_late else float("nan")
+        summary = {
+            "paused_utterances": total,
+            "premature_end_of_turn_rate": split / total if total else float("nan"),
+            "endpoints_undone_by_continuation": inside,
+            "wer_mean": float(np.mean(wers)) if wers else float("nan"),
+            "v2v_complete_p50_ms": percentile(v2v, 50),
+            "v2v_complete_p95_ms": percentile(v2v, 95),
+            "v2v_n": len(v2v),
+            "rules": dict(rules),
+            "turn_model_ms_p50": percentile(sound_ms, 50),
+            "turn_model_back_after_speech_end_p50_ms": percentile(sound_late, 50),
+            "turn_model_back_within_short_silence": hidden,
+            "seconds": round(time.monotonic() - t0),
+        }
+        report["modes"][mode] = summary
+        print(f"\n== {mode}: " + json.dumps(summary, indent=1), flush=True)
+    await engines.aclose()
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

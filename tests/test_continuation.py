@@ -1,0 +1,294 @@
+"""Turn-taking in the session with fakes on a fake clock: the semantic end of turn,
+continuation instead of interruption, the maximum turn length.
+
+As in tests/test_session.py, "speech" is a tone the fake VAD scores 1.0; the fake ASR
+returns ``asr.text`` for any audio (and records how much audio each decode had).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+import pytest
+from fakes import RATE, Fakes, FakeTurnModel
+from test_session import REPLY, Harness, base_config, make_harness
+
+from llm.base import ChatMessage
+from voice_pipeline import events as ev
+from voice_pipeline.config import Config
+
+FRAME_S = 512 / RATE
+
+
+def with_turn(cfg: Config, **changes: object) -> Config:
+    return dataclasses.replace(cfg, turn=dataclasses.replace(cfg.turn, **changes))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[Harness]:
+    harness = make_harness()
+    harness.fakes.llm.reply = REPLY
+    yield harness
+    harness.fakes.llm.release()
+    await harness.session.aclose()
+
+
+def first_audio_ns(h: Harness, turn: int) -> int:
+    return h.transport.time_of(min(c.start for c in h.transport.playout.chunks if c.turn_id == turn))
+
+
+# ---------------------------------------------------------------- continuation
+
+
+async def test_speech_before_the_reply_is_audible_continues_the_same_turn(h: Harness) -> None:
+    t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
+    llm.hold_after(0)  # thinking: no token, no audio yet
+    asr.text = "i would like a table"
+    await d.speak(0.6)
+    await d.quiet_until(lambda: llm.unfinished_requests() == 1 and bool(t.of(ev.EndpointDetected, 1)))
+    first_request = h.llm_requests[0]
+    asr.text = "i would like a table for four people"
+    await d.speak_until(lambda: bool(t.of(ev.TurnContinued, 1)))
+    # the same turn goes on: no new turn, nothing reported as an interruption
+    assert t.of(ev.SpeechStarted, 2) == []
+    assert t.of(ev.ReplyInterrupted) == [] and t.of(ev.ReplyPaused) == []
+    await d.settle()
+    assert llm.aborted == [first_request]  # the vLLM request was aborted
+    assert llm.unfinished_requests() == 0
+    assert t.clears(1) == []  # nothing had been sent: nothing to flush
+
+    llm.release()
+    await d.speak(0.5)
+    await d.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert rec.user_text == "i would like a table for four people"
+    assert rec.assistant_text == REPLY and not rec.interrupted
+    assert rec.continuations == 1
+    assert rec.interruption is None and rec.false_interruptions == 0
+    assert "barge_in_stop" not in rec.stages_ms
+    # the final decode had the whole utterance, both parts (not two transcripts glued)
+    assert asr.decoded_s[-1] >= 0.6 + 0.5 + h.cfg.vad.end_silence_ms / 1000
+    # one user message in the history, no fragment
+    assert h.session.history == [ChatMessage("user", rec.user_text), ChatMessage("assistant", REPLY)]
+    # the record measures the whole turn: spoken from the first part's onset to the second's end
+    marks = rec.marks_ns
+    assert marks["speech_start"] < t.of(ev.TurnContinued, 1)[0].t_ns < marks["speech_end"] < marks["endpoint"]
+    assert set(rec.stages_ms) >= {"endpointing", "voice_to_voice"}
+    assert rec.end_of_turn is not None and rec.end_of_turn.rule == "complete"
+    # the events: the first endpoint (and maybe its transcript), continued, the second
+    # endpoint, the final transcript of the whole utterance
+    kinds = [
+        type(e)
+        for e in t.events
+        if isinstance(e, ev.EndpointDetected | ev.TurnContinued | ev.TranscriptFinalized)
+    ]
+    assert kinds in (
+        [ev.EndpointDetected, ev.TurnContinued, ev.EndpointDetected, ev.TranscriptFinalized],
+        [
+            ev.EndpointDetected,
+            ev.TranscriptFinalized,
+            ev.TurnContinued,
+            ev.EndpointDetected,
+            ev.TranscriptFinalized,
+        ],
+    )
+    assert t.of(ev.TranscriptFinalized, 1)[-1].text == rec.user_text
+    assert len(t.of(ev.TurnCompleted)) == 1
+    await h.settle_tasks()
+    assert h.session.unfinished_tasks() == 0
+    assert not h.session.busy
+
+
+async def test_speech_within_the_grace_after_the_first_audio_continues_and_flushes_it(h: Harness) -> None:
+    t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
+    await d.speak(0.5)
+    await d.quiet_until(lambda: t.played_samples(1) > 0)
+    audible_at = first_audio_ns(h, 1)
+    played_before = t.played_samples(1)
+    asr.text = "and in paris"
+    await d.speak_until(lambda: bool(t.of(ev.TurnContinued, 1)), max_s=1.0)
+    assert h.clock() - audible_at <= (h.cfg.turn.continuation_grace_ms + 250) * 1_000_000
+    assert t.clears(1)  # what was queued is flushed at once
+    dropped = t.played_samples(1)
+    assert dropped >= played_before
+    assert t.of(ev.SpeechStarted, 2) == []
+    await d.speak(0.3)
+    await d.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert rec.continuations == 1 and not rec.interrupted
+    assert rec.discarded_tokens > 0 and rec.discarded_audio_s > 0  # the dropped reply's work
+    # what was heard is the new reply's own audio, not counting the dropped one's
+    assert rec.work.audio_heard_s == pytest.approx((t.played_samples(1) - dropped) / 22050)
+    assert rec.heard_text == rec.assistant_text == REPLY
+    assert len(llm.requests) == 2 and llm.unfinished_requests() == 0
+    assert h.session.history[-2:] == [ChatMessage("user", "and in paris"), ChatMessage("assistant", REPLY)]
+
+
+async def test_speech_after_the_grace_is_a_barge_in(h: Harness) -> None:
+    t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
+    llm.hold_after(8)
+    await d.speak(0.5)
+    await d.quiet_until(lambda: t.played_samples(1) > 0)
+    await d.quiet((h.cfg.turn.continuation_grace_ms + 100) / 1000)
+    asr.text = "tell me more"
+    await d.speak_until(lambda: bool(t.of(ev.ReplyPaused, 1)))
+    assert t.of(ev.TurnContinued) == []
+    assert t.of(ev.SpeechStarted, 2)
+    await d.speak(0.2)
+    llm.release()
+    await d.quiet_until(lambda: h.completed(1) and h.completed(2))
+    assert h.record(1).interrupted and h.record(2).interruption == "words"
+    assert h.record(1).continuations == 0
+
+
+async def test_continuation_off_speech_before_the_reply_is_heard_is_a_new_turn() -> None:
+    h = make_harness(with_turn(base_config(), continuation=False))
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    try:
+        llm.hold_after(0)
+        await d.speak(0.4)
+        await d.quiet_until(lambda: bool(t.of(ev.EndpointDetected, 1)))
+        await d.speak_until(lambda: bool(t.of(ev.SpeechStarted, 2)))
+        assert [i.reason for i in t.of(ev.ReplyInterrupted, 1)] == ["user speech before the reply was heard"]
+        assert t.of(ev.TurnContinued) == []
+    finally:
+        llm.release()
+        await h.session.aclose()
+
+
+async def test_a_hundred_continuations_leave_nothing_running(h: Harness) -> None:
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    llm.hold_after(3)
+    await d.speak(0.3)
+    for i in range(100):
+        await d.quiet_until(lambda n=i + 1: len(t.of(ev.EndpointDetected)) == n)
+        if i % 2:  # after the LLM started on the transcript
+            await d.quiet_until(lambda n=i + 1: len(llm.started) == n, max_s=1.0)
+        await d.speak_until(lambda n=i + 1: len(t.of(ev.TurnContinued)) == n, max_s=1.0)
+        await d.speak(0.1)
+    llm.release()
+    await d.quiet_until(lambda: h.completed(1))
+    await h.settle_tasks()
+    rec = h.record(1)
+    assert rec.continuations == 100 and not rec.interrupted and rec.assistant_text == REPLY
+    assert h.session.unfinished_tasks() == 0
+    assert llm.unfinished_requests() == 0
+    assert llm.finished == [llm.started[-1]]
+    assert sorted(llm.aborted) == sorted(llm.started[:-1])
+    assert len(t.of(ev.TurnCompleted)) == 1 and t.of(ev.SpeechStarted, 2) == []
+    assert len(h.session.history) == 2
+
+
+# ---------------------------------------------------------------- the semantic end of turn
+
+
+async def test_an_unfinished_sentence_is_not_cut_at_a_pause(h: Harness) -> None:
+    """The words end in a preposition: a 1 s pause does not end the turn."""
+    t, d, asr = h.transport, h.driver, h.fakes.asr
+    asr.text = "i would like to book a table for"
+    await d.speak(0.6)
+    await d.quiet(1.0)
+    assert t.of(ev.EndpointDetected) == []
+    assert h.fakes.llm.requests == []  # no prefetch on an unfinished sentence
+    asr.text = "i would like to book a table for four people"
+    await d.speak(0.5)
+    await d.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert rec.user_text == "i would like to book a table for four people"
+    assert (
+        rec.end_of_turn is not None
+        and rec.end_of_turn.rule == "complete"
+        and rec.end_of_turn.cue == "neutral"
+    )
+    assert rec.continuations == 0
+    assert len(t.of(ev.EndpointDetected)) == 1
+
+
+async def test_a_speaker_who_trails_off_gets_an_answer_after_the_long_wait(h: Harness) -> None:
+    t, d, asr = h.transport, h.driver, h.fakes.asr
+    asr.text = "so i was thinking about the"
+    await d.speak(0.6)
+    waited = await d.quiet_until(lambda: bool(t.of(ev.EndpointDetected, 1)))
+    assert waited >= h.cfg.turn.incomplete_silence_ms / 1000
+    await d.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert rec.end_of_turn is not None
+    assert (rec.end_of_turn.rule, rec.end_of_turn.cue) == ("incomplete", "incomplete")
+    assert rec.end_of_turn.wait_ms == h.cfg.turn.incomplete_silence_ms
+    assert rec.end_of_turn.silence_ms >= rec.end_of_turn.wait_ms
+    # a wait the policy chose for the user is not a budget breach of the pipeline
+    assert "endpointing" not in {b.stage for b in rec.budgets_broken}
+    assert rec.stages_ms["endpointing"] > h.cfg.budget.endpointing_ms
+
+
+async def test_the_turn_model_holds_a_turn_that_sounds_unfinished() -> None:
+    fakes = Fakes(turn=FakeTurnModel(p=0.05))
+    h = make_harness(base_config(), fakes)
+    t, d = h.transport, h.driver
+    try:
+        await d.speak(0.6)
+        await d.quiet(1.0)
+        assert t.of(ev.EndpointDetected) == []  # "what is the answer" reads neutral, sounds unfinished
+        assert fakes.turn is not None and fakes.turn.audio_s and fakes.turn.audio_s[0] >= 0.6
+        fakes.turn.p = 0.95
+        await d.speak(0.3)
+        await d.quiet_until(lambda: h.completed(1))
+        rec = h.record(1)
+        assert rec.end_of_turn is not None and rec.end_of_turn.rule == "complete"
+        assert rec.end_of_turn.p_complete == pytest.approx(0.95)
+        assert rec.end_of_turn.sound_after_ms is not None and rec.end_of_turn.words_after_ms is not None
+    finally:
+        await h.session.aclose()
+
+
+async def test_a_failing_turn_model_only_loses_its_vote() -> None:
+    fakes = Fakes(turn=FakeTurnModel())
+    assert fakes.turn is not None
+    fakes.turn.error = RuntimeError("onnxruntime broke")
+    h = make_harness(base_config(), fakes)
+    try:
+        await h.driver.speak(0.5)
+        waited = await h.driver.quiet_until(lambda: bool(h.transport.of(ev.EndpointDetected, 1)))
+        assert waited <= (h.cfg.vad.end_silence_ms + 100) / 1000  # the words and the silence decide
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert h.record(1).assistant_text == h.fakes.llm.reply
+    finally:
+        await h.session.aclose()
+
+
+async def test_semantic_off_ends_on_silence_alone() -> None:
+    h = make_harness(with_turn(base_config(), semantic=False), Fakes(turn=FakeTurnModel(p=0.0)))
+    try:
+        h.fakes.asr.text = "book a table for"
+        await h.driver.speak(0.5)
+        waited = await h.driver.quiet_until(lambda: bool(h.transport.of(ev.EndpointDetected, 1)))
+        assert waited <= (h.cfg.vad.end_silence_ms + 100) / 1000
+        await h.driver.quiet_until(lambda: h.completed(1))
+        rec = h.record(1)
+        assert rec.end_of_turn is not None and rec.end_of_turn.rule == "silence"
+        assert h.fakes.turn is not None and h.fakes.turn.audio_s == []  # not even asked
+    finally:
+        await h.session.aclose()
+
+
+# ---------------------------------------------------------------- the maximum turn length
+
+
+async def test_babble_cannot_hold_a_turn_open() -> None:
+    cfg = dataclasses.replace(base_config(), vad=dataclasses.replace(base_config().vad, max_turn_s=2.0))
+    h = make_harness(cfg)
+    t, d = h.transport, h.driver
+    try:
+        h.fakes.llm.hold_after(0)
+        await d.speak(5.0)  # a TV that never stops
+        ends = t.of(ev.EndpointDetected)
+        assert len(ends) == 2  # at 2 s and at 4 s of babble
+        assert t.of(ev.TurnContinued) == []  # a turn cut by the limit is never continued
+        assert [i.reason for i in t.of(ev.ReplyInterrupted)] == ["user speech before the reply was heard"] * 2
+        await d.settle()
+        assert h.fakes.asr.decoded_s and max(h.fakes.asr.decoded_s) <= 2.0 + 0.2
+        assert h.session.sizes()["turns_open"] <= 2
+    finally:
+        h.fakes.llm.release()
+        await h.session.aclose()

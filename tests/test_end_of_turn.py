@@ -1,0 +1,181 @@
+"""The semantic end-of-turn policy and the transcript cue: tables, no event loop, no models."""
+
+from __future__ import annotations
+
+import pytest
+
+from vad.end_of_turn import WAITS, Cue, EndOfTurnPolicy, Evidence, Rule, Sound, Wait, Words, transcript_cue
+from vad.endpointer import EndOfTurn, Endpointer, PauseStarted, SpeechStarted
+from voice_pipeline.config import VADConfig
+
+# ---------------------------------------------------------------- the words
+
+CUES = [
+    # unfinished: an article, a conjunction, a filler, a preposition, a copula after a noun
+    ("I'd like to book a table for", Cue.INCOMPLETE),
+    ("I'd like to book a table for.", Cue.INCOMPLETE),  # Whisper puts a period on fragments
+    ("I'd like to book a table for...", Cue.INCOMPLETE),
+    ("Can I get the", Cue.INCOMPLETE),
+    ("I want a", Cue.INCOMPLETE),
+    ("I went to the shop and", Cue.INCOMPLETE),
+    ("It was cheap but", Cue.INCOMPLETE),
+    ("We could go there because", Cue.INCOMPLETE),
+    ("So I was thinking, um", Cue.INCOMPLETE),
+    ("So I was thinking um.", Cue.INCOMPLETE),
+    ("Uh", Cue.INCOMPLETE),
+    ("The thing is", Cue.INCOMPLETE),
+    ("The problem is.", Cue.INCOMPLETE),
+    ("What I want is", Cue.INCOMPLETE),
+    ("I need eggs, milk,", Cue.INCOMPLETE),  # trails off on a comma
+    ("I need eggs, milk, and", Cue.INCOMPLETE),
+    ("I'm going to", Cue.INCOMPLETE),
+    ("It depends on my", Cue.INCOMPLETE),
+    ("I'd like", Cue.INCOMPLETE),
+    ("Let me think -", Cue.INCOMPLETE),
+    ("at seven \u2014", Cue.INCOMPLETE),  # an em dash
+    # finished questions
+    ("What is the capital of France?", Cue.COMPLETE),
+    ("Where are you from?", Cue.COMPLETE),  # a stranded preposition in a question
+    ("What is it for?", Cue.COMPLETE),
+    ("Can you help me!", Cue.COMPLETE),
+    # nothing either way
+    ("Tell me a joke.", Cue.NEUTRAL),
+    ("I don't really know", Cue.NEUTRAL),  # grammatically complete: the sound must tell
+    ("I know what it is", Cue.NEUTRAL),  # a copula after a pronoun ends a clause
+    ("Here you are.", Cue.NEUTRAL),
+    ("four people at seven tonight", Cue.NEUTRAL),
+    ("I\u2019m done", Cue.NEUTRAL),  # a typographic apostrophe
+    ("", Cue.NEUTRAL),
+    ("   ", Cue.NEUTRAL),
+    ("...", Cue.NEUTRAL),  # no words at all: the VAD's business
+    ("The answer is 42.", Cue.NEUTRAL),
+]
+
+
+@pytest.mark.parametrize(("text", "cue"), CUES, ids=[t or "(empty)" for t, _ in CUES])
+def test_transcript_cue(text: str, cue: Cue) -> None:
+    assert transcript_cue(text) is cue
+
+
+# ---------------------------------------------------------------- the policy
+
+POLICY = EndOfTurnPolicy(short_silence_ms=250, unsure_silence_ms=700, incomplete_silence_ms=2000)
+
+POLICY_CASES = [
+    # (evidence, expected wait ms, rule)
+    (Evidence(Cue.NEUTRAL, 0.9), 250, Rule.COMPLETE),
+    (Evidence(Cue.COMPLETE, 0.9), 250, Rule.COMPLETE),
+    (Evidence(Cue.COMPLETE, 0.5), 250, Rule.COMPLETE),  # the threshold is inclusive
+    (Evidence(Cue.NEUTRAL, 0.49), 2000, Rule.INCOMPLETE),
+    (Evidence(Cue.COMPLETE, 0.1), 700, Rule.UNSURE),
+    (Evidence(Cue.INCOMPLETE, 0.99), 2000, Rule.INCOMPLETE),  # synthetic voices sound finished
+    (Evidence(Cue.INCOMPLETE, None), 2000, Rule.INCOMPLETE),  # the words alone hold it open
+    (Evidence(None, 0.9), 700, Rule.NO_VERDICT),  # the transcript is not back yet
+    (Evidence(None, 0.1), 2000, Rule.INCOMPLETE),
+    (Evidence(Cue.NEUTRAL, None), 700, Rule.NO_VERDICT),  # the model is not back yet
+    (Evidence(None, None), 700, Rule.NO_VERDICT),
+    (Evidence(Cue.NEUTRAL, None, sound=False), 250, Rule.COMPLETE),  # the model failed
+    (Evidence(Cue.INCOMPLETE, None, sound=False), 2000, Rule.INCOMPLETE),
+]
+
+
+@pytest.mark.parametrize(("evidence", "ms", "rule"), POLICY_CASES)
+def test_policy_waits(evidence: Evidence, ms: int, rule: Rule) -> None:
+    assert POLICY.wait(evidence) == (ms, rule)
+
+
+def test_without_a_model_the_sound_never_holds_the_turn() -> None:
+    policy = EndOfTurnPolicy(250, 700, 2000, uses_model=False)
+    assert policy.wait(Evidence(Cue.NEUTRAL, None)) == (250, Rule.COMPLETE)
+    assert policy.wait(Evidence(Cue.NEUTRAL, 0.01)) == (250, Rule.COMPLETE)  # a stray value is ignored
+    assert policy.wait(Evidence(Cue.INCOMPLETE, None)) == (2000, Rule.INCOMPLETE)
+    assert policy.wait(Evidence(None, None)) == (700, Rule.NO_VERDICT)
+
+
+def test_the_table_covers_every_combination() -> None:
+    assert set(WAITS) == {(w, s) for w in Words for s in Sound}
+    # only the incomplete words or sound ever make a turn wait the longest
+    for (words, sound), (wait, _rule) in WAITS.items():
+        if wait is Wait.LONG:
+            assert words is Words.INCOMPLETE or sound is Sound.INCOMPLETE
+        if words is Words.INCOMPLETE:
+            assert wait is Wait.LONG
+
+
+def test_complete_utterances_are_no_slower_than_silence_alone() -> None:
+    for words in (Words.COMPLETE, Words.NEUTRAL):
+        assert WAITS[(words, Sound.COMPLETE)][0] is Wait.SHORT
+        assert WAITS[(words, Sound.OFF)][0] is Wait.SHORT
+
+
+# ---------------------------------------------------------------- the endpointer with the policy
+
+F = 320  # 20 ms frames at 16 kHz
+CFG = VADConfig(min_speech_ms=40, end_silence_ms=100, pre_roll_ms=0, max_turn_s=0.0)
+P = EndOfTurnPolicy(short_silence_ms=100, unsure_silence_ms=200, incomplete_silence_ms=400)
+
+
+def feed(ep: Endpointer, pattern: str) -> list[tuple[int, object]]:
+    out: list[tuple[int, object]] = []
+    for i, ch in enumerate(pattern):
+        out += [(i, a) for a in ep.update(0.9 if ch == "#" else 0.0)]
+    return out
+
+
+def test_an_unfinished_sentence_holds_the_turn_until_the_long_wait() -> None:
+    ep = Endpointer(CFG, 16000, F, P)
+    assert feed(ep, "##.") == [(1, SpeechStarted(0, 0, 2 * F)), (2, PauseStarted(2 * F))]
+    assert ep.evidence(2 * F, cue=Cue.INCOMPLETE) == []
+    assert ep.evidence(2 * F, p_complete=0.99) == []
+    assert feed(ep, "." * 18) == []  # 19 silent frames = 380 ms
+    ((_, end),) = feed(ep, ".")
+    assert isinstance(end, EndOfTurn)
+    assert (end.rule, end.wait_ms, end.decided_sample) == (Rule.INCOMPLETE, 400, 22 * F)
+    assert end.evidence == Evidence(Cue.INCOMPLETE, 0.99)
+
+
+def test_evidence_for_an_earlier_pause_is_ignored() -> None:
+    ep = Endpointer(CFG, 16000, F, P)
+    feed(ep, "##..##.")  # paused after frame 1, resumed, paused again after frame 5
+    assert ep.evidence(2 * F, cue=Cue.NEUTRAL, p_complete=0.9) == []  # the first pause's
+    assert feed(ep, "....") == []  # its verdict did not carry over: still waiting
+    (end,) = ep.evidence(6 * F, cue=Cue.NEUTRAL, p_complete=0.9)
+    assert isinstance(end, EndOfTurn) and end.rule is Rule.COMPLETE
+
+
+def test_evidence_outside_a_pause_is_ignored() -> None:
+    ep = Endpointer(CFG, 16000, F, P)
+    assert ep.evidence(0, cue=Cue.NEUTRAL) == []
+    feed(ep, "###")
+    assert ep.evidence(3 * F, cue=Cue.NEUTRAL) == []  # speaking, not pausing
+
+
+def test_the_maximum_turn_length_ends_continuous_speech() -> None:
+    ep = Endpointer(
+        VADConfig(min_speech_ms=40, end_silence_ms=100, pre_roll_ms=0, max_turn_s=1.0), 16000, F, P
+    )
+    actions = feed(ep, "#" * 60)
+    ends = [(i, a) for i, a in actions if isinstance(a, EndOfTurn)]
+    assert len(ends) == 1
+    i, end = ends[0]
+    assert isinstance(end, EndOfTurn)
+    assert (i, end.rule, end.decided_sample) == (49, Rule.MAX_TURN, 50 * F)  # 1 s after the onset
+    assert any(isinstance(a, SpeechStarted) for j, a in actions if j > i)  # the babble starts a new turn
+
+
+def test_the_maximum_applies_during_a_pause_too() -> None:
+    ep = Endpointer(
+        VADConfig(min_speech_ms=40, end_silence_ms=100, pre_roll_ms=0, max_turn_s=1.0), 16000, F, P
+    )
+    feed(ep, "#" * 45 + ".")
+    ep.evidence(45 * F, cue=Cue.INCOMPLETE)
+    ends = [a for _, a in feed(ep, "....") if isinstance(a, EndOfTurn)]
+    assert [e.rule for e in ends] == [Rule.MAX_TURN]
+
+
+def test_abandon_leaves_the_turn_without_an_action() -> None:
+    ep = Endpointer(CFG, 16000, F, P)
+    feed(ep, "###")
+    ep.abandon()
+    assert not ep.in_turn
+    assert feed(ep, "......") == []

@@ -1,0 +1,165 @@
+"""Speech with pauses inside sentences, the way people speak (pure, given a synthesizer).
+
+Real speakers pause 0.5-1.2 s in the middle of a sentence ("I'd like to book a table
+for ... four people ... at seven tonight"); synthetic voices never do, which is why
+a pipeline tested only on them cuts real users into fragments. :func:`paused_clip`
+makes such speech from any synthesizer:
+
+1. the whole sentence is synthesized at once, its phrases joined by commas, so each
+   phrase keeps the intonation of a sentence that goes on (synthesizing fragments
+   one by one would give each a falling, final-sounding end);
+2. the silent gaps the commas left are found on the audio (:func:`find_gaps`: the
+   longest runs of 10 ms frames 40 dB below the loudest, in order);
+3. each is stretched to the pause wanted.
+
+If the voice left fewer gaps than there are commas, the phrases are synthesized one
+by one and joined with the pauses instead (and the clip says so). The clip records
+where each pause begins (``phrase_ends``), so a benchmark can tell a turn that ended
+while the speaker had more to say from one that ended with the sentence.
+
+:func:`degrade` varies what the microphone hears: level, a noise floor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+#: sentences said with pauses at the phrase boundaries; the pauses fall where people
+#: hesitate: after a preposition or a filler, before an afterthought, inside a list
+PAUSED_SENTENCES: tuple[tuple[str, ...], ...] = (
+    ("I'd like to book a table for", "four people", "at seven tonight."),
+    ("The thing is", "I don't really know", "what to cook."),
+    ("I need eggs", "milk", "and some bread."),
+    ("So um", "I was wondering if", "you could help me."),
+    ("Can you tell me", "what the weather will be like", "tomorrow morning?"),
+    ("My favourite animal is", "the elephant", "because it is so big."),
+)
+#: complete questions said without a pause (answered as fast as before)
+COMPLETE_QUESTIONS: tuple[str, ...] = (
+    "What is the capital of France?",
+    "How many days are in a week?",
+    "What do bees make?",
+)
+#: words people say while holding the floor; Whisper usually leaves them out
+FILLERS = frozenset({"um", "uh", "er", "erm", "uhm", "hmm"})
+
+_FRAME_S = 0.01
+#: a gap is at least this long, and this far below the loudest 10 ms frame
+MIN_GAP_S = 0.06
+GAP_RANGE_DB = 40.0
+
+Synth = Callable[[str], NDArray[np.float32]]
+
+
+@dataclass(frozen=True, slots=True)
+class PausedSpeech:
+    """One sentence spoken with pauses: mono float32 at ``rate_hz``."""
+
+    phrases: tuple[str, ...]
+    samples: NDArray[np.float32]
+    rate_hz: int
+    #: where each pause begins (the end of every phrase but the last), samples
+    phrase_ends: tuple[int, ...]
+    pauses_s: tuple[float, ...]
+    #: the phrases were synthesized one by one (the voice left no gap at a comma)
+    spliced: bool = False
+
+    @property
+    def text(self) -> str:
+        """What was said, as one sentence."""
+        return " ".join(p.strip().rstrip(",") for p in self.phrases)
+
+    @property
+    def words_said(self) -> str:
+        """The words a transcript should hold: the sentence without its fillers."""
+        return " ".join(w for w in self.text.split() if w.lower().strip(",.?!") not in FILLERS)
+
+
+def _levels_db(samples: NDArray[np.float32], rate_hz: int) -> NDArray[np.float64]:
+    frame = max(1, round(rate_hz * _FRAME_S))
+    n = len(samples) // frame
+    x = samples[: n * frame].reshape(n, frame).astype(np.float64)
+    levels: NDArray[np.float64] = 20.0 * np.log10(np.sqrt(np.mean(x * x, axis=1)) + 1e-9)
+    return levels
+
+
+def find_gaps(samples: NDArray[np.float32], rate_hz: int, count: int) -> list[tuple[int, int]]:
+    """The ``count`` longest silent gaps inside the speech, in time order, as [start, end)
+    sample spans (fewer if there are not that many); silence before the first and after
+    the last loud frame does not count."""
+    levels = _levels_db(samples, rate_hz)
+    if levels.size == 0 or count <= 0:
+        return []
+    frame = max(1, round(rate_hz * _FRAME_S))
+    quiet = levels < float(levels.max()) - GAP_RANGE_DB
+    loud = np.flatnonzero(~quiet)
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i in range(int(loud[0]), int(loud[-1]) + 1):
+        if quiet[i] and start is None:
+            start = i
+        elif not quiet[i] and start is not None:
+            if (i - start) * _FRAME_S >= MIN_GAP_S:
+                runs.append((start * frame, i * frame))
+            start = None
+    longest = sorted(runs, key=lambda r: r[1] - r[0], reverse=True)[:count]
+    return sorted(longest)
+
+
+def _silence(seconds: float, rate_hz: int) -> NDArray[np.float32]:
+    return np.zeros(round(seconds * rate_hz), dtype=np.float32)
+
+
+def paused_clip(
+    synth: Synth, phrases: Sequence[str], pauses_s: Sequence[float], rate_hz: int
+) -> PausedSpeech:
+    """``phrases`` said as one sentence with ``pauses_s[i]`` of silence after phrase ``i``.
+
+    ``synth(text)`` returns mono float32 speech at ``rate_hz``.
+    """
+    if len(pauses_s) != len(phrases) - 1:
+        raise ValueError(f"{len(phrases)} phrases need {len(phrases) - 1} pauses, got {len(pauses_s)}")
+    joined = ", ".join(p.strip().rstrip(",.") for p in phrases[:-1])
+    text = f"{joined}, {phrases[-1].strip()}" if len(phrases) > 1 else phrases[0]
+    whole = np.asarray(synth(text), dtype=np.float32)
+    gaps = find_gaps(whole, rate_hz, len(pauses_s))
+    if len(gaps) == len(pauses_s):
+        parts: list[NDArray[np.float32]] = []
+        ends: list[int] = []
+        pos = 0
+        length = 0
+        for (start, end), pause in zip(gaps, pauses_s, strict=True):
+            parts.append(whole[pos:start])
+            length += start - pos
+            ends.append(length)
+            parts.append(_silence(pause, rate_hz))
+            length += round(pause * rate_hz)
+            pos = end
+        parts.append(whole[pos:])
+        return PausedSpeech(tuple(phrases), np.concatenate(parts), rate_hz, tuple(ends), tuple(pauses_s))
+    # the voice ran the phrases together: say them one by one
+    parts, ends, length = [], [], 0
+    for i, phrase in enumerate(phrases):
+        said = np.asarray(synth(phrase), dtype=np.float32)
+        parts.append(said)
+        length += len(said)
+        if i < len(pauses_s):
+            ends.append(length)
+            parts.append(_silence(pauses_s[i], rate_hz))
+            length += round(pauses_s[i] * rate_hz)
+    return PausedSpeech(tuple(phrases), np.concatenate(parts), rate_hz, tuple(ends), tuple(pauses_s), True)
+
+
+def degrade(
+    samples: NDArray[np.float32], *, gain_db: float = 0.0, noise_dbfs: float | None = None, seed: int = 0
+) -> NDArray[np.float32]:
+    """The speech at another level, over a white noise floor at ``noise_dbfs`` (RMS)."""
+    out = samples.astype(np.float64) * 10 ** (gain_db / 20)
+    if noise_dbfs is not None:
+        rng = np.random.default_rng(seed)
+        out = out + rng.standard_normal(len(out)) * 10 ** (noise_dbfs / 20)
+    return np.clip(out, -1.0, 1.0).astype(np.float32)

@@ -1,0 +1,245 @@
+"""One turn at runtime: the user's utterance, the reply to it, and its ledger.
+
+The session creates a :class:`Turn` for every :class:`~voice_pipeline.turnevents.BeginTurn`
+and calls its methods to carry out the machine's commands for it; a turn decides
+nothing itself. Everything a session's turns share is one :class:`TurnContext`.
+
+Epochs: a continued turn (the user went on before hearing the reply) drops its
+reply and is answered anew, under the same turn id. ``epoch`` counts those restarts;
+the marks, compute spans and audibility of a reply of an older epoch are ignored,
+so a cancelled reply still winding down cannot write into the new attempt's record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from vad.end_of_turn import Rule
+from vad.endpointer import EndOfTurn
+from voice_pipeline import events as ev
+from voice_pipeline.clock import ms_to_ns
+from voice_pipeline.config import Config
+from voice_pipeline.echo import EchoGate
+from voice_pipeline.engines import Engines
+from voice_pipeline.errors import EngineError
+from voice_pipeline.ledger import EndOfTurnRecord, Mark, TurnLedger, TurnRecord
+from voice_pipeline.reply import Phrases, Reply, ReplySpeaker
+from voice_pipeline.transport import Transport
+from voice_pipeline.turnevents import CancelReason, EvidenceFound
+from voice_pipeline.utterance import Spawn, Utterance
+
+log = logging.getLogger(__name__)
+
+#: policy waits that are the user's, not the pipeline's: they extend the turn's budgets
+DELIBERATE = (Rule.UNSURE, Rule.INCOMPLETE)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """What every turn of one session shares."""
+
+    engines: Engines
+    cfg: Config
+    transport: Transport
+    clock: Callable[[], int]
+    sleep_until: Callable[[int], Awaitable[None]]
+    phrases: Phrases
+    echo: EchoGate
+    #: the monotonic time of an input sample
+    time_of: Callable[[int], int]
+    spawn: Spawn
+    on_evidence: Callable[[EvidenceFound], None]
+    #: the reply of (turn id, epoch) became audible
+    on_audible: Callable[[int, int], None]
+
+
+class Turn:
+    def __init__(
+        self, turn_id: int, ledger: TurnLedger, ctx: TurnContext, *, spoken_over: int | None
+    ) -> None:
+        self.turn_id = turn_id
+        self.ledger = ledger
+        self.spoken_over = spoken_over  # the reply this utterance was spoken over
+        self._ctx = ctx
+        self.utterance = Utterance(
+            turn_id,
+            ctx.engines,
+            ctx.cfg,
+            clock=ctx.clock,
+            time_of=ctx.time_of,
+            spawn=ctx.spawn,
+            on_evidence=ctx.on_evidence,
+            on_partial=lambda p: ctx.transport.emit(
+                ev.TranscriptPartial(turn_id, ctx.clock(), p.committed, p.tentative)
+            ),
+        )
+        self.epoch = 0
+        self.reply_task: asyncio.Task[None] | None = None
+        self.reply: Reply | None = None
+        self.user_text = ""
+        self.interrupted = False
+        self.failed: str | None = None  # the stage that failed
+        self.done = False
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def mark(self, mark: Mark, t_ns: int) -> None:
+        ctx = self._ctx
+        for b in self.ledger.mark(mark, t_ns):
+            ctx.transport.emit(
+                ev.BudgetExceeded(self.turn_id, ctx.clock(), b.stage, b.duration_ms, b.budget_ms)
+            )
+
+    def _mark_epoch(self, epoch: int, mark: Mark, t_ns: int) -> None:
+        if epoch == self.epoch:
+            self.mark(mark, t_ns)
+
+    def _compute_epoch(self, epoch: int, name: str, start_ns: int, end_ns: int) -> None:
+        if epoch == self.epoch:
+            self.ledger.compute(name, start_ns, end_ns)
+
+    # ------------------------------------------------------------ the user's side
+
+    def begin(self, onset_ns: int, audio: NDArray[np.float32]) -> None:
+        self.mark(Mark.SPEECH_START, onset_ns)
+        self.utterance.start(audio)
+        self._ctx.transport.emit(ev.SpeechStarted(self.turn_id, self._ctx.clock()))
+
+    def continue_(self) -> None:
+        """The user went on before hearing the reply: the reply is dropped, the turn open again."""
+        ctx, reply, task = self._ctx, self.reply, self.reply_task
+        self.epoch += 1  # from here on the old reply records nothing
+        self.reply, self.reply_task = None, None
+        if task is not None and not task.done():
+            task.cancel()  # aborts the LLM request, stops synthesis
+        if reply is not None and reply.speaker.sent:
+            ctx.transport.clear(self.turn_id)
+            ctx.echo.cleared(self.turn_id, ctx.clock())
+        self.utterance.drop()
+        self.utterance.stop_speculating()
+        self.user_text, self.failed = "", None
+        tokens = reply.llm_tokens if reply is not None else 0
+        self.ledger.continued(tokens, reply.audio_synthesized_s if reply is not None else 0.0)
+        ctx.transport.emit(ev.TurnContinued(self.turn_id, ctx.clock()))
+        self.utterance.listen()
+
+    def end(self, end: EndOfTurn, speech_end_ns: int) -> None:
+        """The machine ended the user's turn (``speech_end_ns``: the acoustic end of speech)."""
+        ctx, utterance = self._ctx, self.utterance
+        utterance.stop_partials()
+        if end.rule in (Rule.PUSH_TO_TALK, Rule.MAX_TURN):
+            utterance.transcriber.speculate()  # the final decode starts now
+        self.mark(Mark.SPEECH_END, speech_end_ns)
+        decided = ctx.clock()
+        extra_ms = end.wait_ms - ctx.cfg.vad.end_silence_ms
+        if end.rule in DELIBERATE and extra_ms > 0:
+            self.ledger.allow(extra_ms, "endpointing", "voice_to_voice")
+        self.mark(Mark.ENDPOINT, decided)
+        # the wait the turn-taking policy requires: VAD hangover + the silence the rule asked for
+        required = ctx.time_of(end.speech_end_sample) + ms_to_ns(end.wait_ms)
+        self.ledger.compute("endpoint_wait", speech_end_ns, min(required, decided))
+        at = utterance.evidence_at
+        self.ledger.end_of_turn = EndOfTurnRecord(
+            rule=str(end.rule),
+            silence_ms=(end.decided_sample - end.speech_end_sample) * 1000 / ctx.cfg.audio.pipeline_rate_hz,
+            wait_ms=end.wait_ms,
+            p_complete=end.evidence.p_complete,
+            cue=None if end.evidence.cue is None else str(end.evidence.cue),
+            words_after_ms=at.get("words"),
+            sound_after_ms=at.get("sound"),
+            sound_compute_ms=at.get("sound_compute"),
+        )
+        utterance.drop_evidence()
+        ctx.transport.emit(ev.EndpointDetected(self.turn_id, decided, speech_end_ns))
+
+    # ------------------------------------------------------------ the reply
+
+    def new_reply(self) -> Reply:
+        ctx, epoch, tid = self._ctx, self.epoch, self.turn_id
+        out_rate = ctx.transport.output_rate_hz
+        speaker = ReplySpeaker(
+            tid,
+            ctx.transport,
+            lambda pcm: ctx.echo.sent(tid, pcm, out_rate, ctx.clock()),
+            lambda: ctx.echo.cleared(tid, ctx.clock()),
+            on_started=functools.partial(ctx.on_audible, tid, epoch),
+            played_base=ctx.transport.played_samples(tid),
+        )
+        return Reply(
+            tid,
+            ctx.engines,
+            ctx.cfg,
+            ctx.transport,
+            ctx.clock,
+            functools.partial(self._mark_epoch, epoch),
+            speaker,
+            functools.partial(self._compute_epoch, epoch),
+            ctx.phrases,
+            ctx.sleep_until,
+        )
+
+    def pause_reply(self, onset_ns: int) -> None:
+        if self.reply is None:
+            return
+        self.mark(Mark.BARGE_IN_ONSET, onset_ns)
+        self.reply.speaker.pause()
+        self.mark(Mark.FLUSH_SENT, self._ctx.clock())
+        self._ctx.transport.emit(ev.ReplyPaused(self.turn_id, self._ctx.clock()))
+
+    def resume_reply(self, kind: str) -> None:
+        self.ledger.false_interruptions += 1
+        self._ctx.transport.emit(ev.ReplyResumed(self.turn_id, self._ctx.clock(), kind))
+        if self.reply is not None:
+            self._ctx.spawn(self.reply.speaker.resume(), f"resume-{self.turn_id}")
+
+    def cancel_reply(self, reason: CancelReason, *, barge_in: bool) -> None:
+        ctx = self._ctx
+        if barge_in:
+            self.mark(Mark.BARGE_IN_CONFIRMED, ctx.clock())
+        if reason.value.startswith("stopped by"):  # a false interruption, not resumed
+            self.ledger.false_interruptions += 1
+        if self.done or self.interrupted or self.reply_task is None:
+            return
+        self.interrupted = True
+        ctx.transport.clear(self.turn_id)
+        ctx.echo.cleared(self.turn_id, ctx.clock())
+        ctx.transport.emit(ev.ReplyInterrupted(self.turn_id, ctx.clock(), str(reason)))
+        self.reply_task.cancel()
+
+    def fail(self, exc: BaseException) -> None:
+        """A stage raised during the turn: report it (the turn then apologizes and ends)."""
+        stage = (self.reply.failed_stage or "reply") if self.reply is not None else "asr"
+        if isinstance(exc, EngineError):
+            log.warning("turn %d failed in %s: %s", self.turn_id, stage, exc)
+            message, retryable = str(exc), exc.retryable
+        else:  # a bug or an engine's own exception: still this turn's problem only
+            log.error("turn %d failed in %s", self.turn_id, stage, exc_info=exc)
+            message, retryable = f"internal error in {stage}: {type(exc).__name__}", False
+        self.failed = self.ledger.failed = stage
+        self._ctx.transport.emit(ev.TurnFailed(self.turn_id, self._ctx.clock(), stage, message, retryable))
+
+    def finish(self) -> tuple[TurnRecord, str]:
+        """The turn is over: its record, and the words of the reply the listener heard."""
+        self.done = True
+        self.mark(Mark.TURN_END, self._ctx.clock())
+        reply = self.reply
+        played = reply.speaker.played() if reply else 0
+        heard = reply.heard(played, self.interrupted) if reply else ""
+        if reply is not None:
+            self.ledger.llm_tokens = reply.llm_tokens
+            self.ledger.audio_synthesized_s = reply.audio_synthesized_s
+        record = self.ledger.finish(
+            user_text=self.user_text,
+            assistant_text=reply.text.strip() if reply else "",
+            heard_text=heard,
+            interrupted=self.interrupted,
+            audio_heard_s=played / self._ctx.transport.output_rate_hz,
+        )
+        return record, heard

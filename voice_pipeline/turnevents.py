@@ -1,0 +1,164 @@
+"""What goes into the turn state machine and what comes out of it (typed, frozen).
+
+Inputs the runtime reports asynchronously are events (:class:`EvidenceFound`); the
+machine's answers are commands, imperative, one class each, dispatched with ``match``
+(:data:`Command`). The machine itself, its phases and its transition table are in
+:mod:`voice_pipeline.turnstate`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from vad.end_of_turn import Cue
+from vad.endpointer import EndOfTurn
+from voice_pipeline.bargein import InterruptionKind
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceFound:
+    """What the words (``cue``) or the sound (``p_complete``, or ``sound_failed``: the model
+    could not tell) of the pause after ``speech_end_sample`` of turn ``turn_id`` say."""
+
+    turn_id: int
+    speech_end_sample: int
+    cue: Cue | None = None
+    p_complete: float | None = None
+    sound_failed: bool = False
+
+
+class CancelReason(enum.StrEnum):
+    """Why a reply was cancelled (the text of the ``ReplyInterrupted`` event)."""
+
+    UNHEARD = "user speech before the reply was heard"  # continuation off, or not allowed
+    LONG_SPEECH = "barge-in: long speech"
+    WORDS = "barge-in"
+    EXPLICIT = "explicit interrupt"
+    SUPERSEDED = "superseded"  # barge-in off: the next turn replaces the reply
+    STOPPED_BY_NO_WORDS = "stopped by no_words"  # resume_after_false_interruption off
+    STOPPED_BY_BACKCHANNEL = "stopped by backchannel"
+    STOPPED_BY_ECHO = "stopped by echo"
+
+
+# ---------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True, slots=True)
+class BeginTurn:
+    """A new user turn: transcribe from ``start_sample`` (the onset minus the pre-roll)."""
+
+    turn_id: int
+    onset_sample: int
+    start_sample: int
+    #: the reply this utterance is spoken over (a possible barge-in)
+    spoken_over: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueTurn:
+    """The user went on: drop the turn's reply (abort its request, flush its audio) and
+    keep transcribing the same utterance, which has buffered everything since."""
+
+    turn_id: int
+    onset_sample: int
+
+
+@dataclass(frozen=True, slots=True)
+class Speculate:
+    """A pause began: start the final ASR decode and the turn model on the audio so far."""
+
+    turn_id: int
+    speech_end_sample: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopSpeculating:
+    """Speech resumed: the speculation (and any LLM prefetch) is void."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetch:
+    """Start the LLM on the speculative transcript while the pause runs."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    turn_id: int
+    end: EndOfTurn
+
+
+@dataclass(frozen=True, slots=True)
+class StartReply:
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class PauseReply:
+    """Stop sending the reply and flush the listener now (barge-in stage 1)."""
+
+    turn_id: int
+    onset_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeReply:
+    """The interruption was false: the reply goes on from where playback stopped."""
+
+    turn_id: int
+    kind: InterruptionKind
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReply:
+    turn_id: int
+    reason: CancelReason
+    #: a confirmed barge-in (the ledger marks ``barge_in_confirmed``)
+    barge_in: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Seal:
+    """The turn can no longer be continued: stop buffering input for it."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The final transcript stands: ask the LLM (``interruption``: what the utterance was,
+    if it was spoken over a reply)."""
+
+    turn_id: int
+    interruption: InterruptionKind | None
+
+
+@dataclass(frozen=True, slots=True)
+class Dismiss:
+    """Nothing to answer: no words, or a backchannel, noise or echo over a reply."""
+
+    turn_id: int
+    interruption: InterruptionKind | None
+
+
+Command = (
+    BeginTurn
+    | ContinueTurn
+    | Speculate
+    | StopSpeculating
+    | Prefetch
+    | EndTurn
+    | StartReply
+    | PauseReply
+    | ResumeReply
+    | CancelReply
+    | Seal
+    | Answer
+    | Dismiss
+)

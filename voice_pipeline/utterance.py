@@ -1,0 +1,211 @@
+"""The user's side of one turn at runtime: transcription, the evidence of each pause, the LLM prefetch.
+
+A thin asyncio adapter; it decides nothing. The session creates one per user turn
+(:class:`voice_pipeline.turnstate.BeginTurn`) and drives it from the machine's commands:
+
+* ``append`` -- every input chunk while the turn may still go on (the machine's
+  ``Seal`` stops it), so a continued turn has all its audio, pauses included;
+* ``speculate(speech_end)`` -- a pause began: the speculative final ASR decode and the
+  turn model start, in parallel, in worker threads; each reports what it found with
+  ``on_evidence`` (the words' :class:`~vad.end_of_turn.Cue`, or P(complete), or that
+  the model failed), tagged with the pause, and when it came back (``evidence_at``);
+* ``stop_speculating()`` -- speech resumed: the decode is void, the tasks and any
+  prefetch are dropped;
+* ``prefetch(request)`` -- start the LLM on the speculative transcript while the pause
+  runs; ``take_prefetch(text, version)`` hands it over if it was asked with exactly the
+  final words and the same history, else aborts it.
+
+Partial transcripts are polled every ``asr.partial_interval_ms`` while the user speaks
+and reported with ``on_partial``. Every task is spawned through the session (its owner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from asr.streaming import PartialTranscript, UtteranceTranscriber
+from llm.base import ChatMessage
+from vad.end_of_turn import Cue, transcript_cue
+from voice_pipeline.config import Config
+from voice_pipeline.engines import Engines
+from voice_pipeline.reply import PrefetchedStream
+from voice_pipeline.turnevents import EvidenceFound
+
+log = logging.getLogger(__name__)
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
+
+
+class Utterance:
+    def __init__(
+        self,
+        turn_id: int,
+        engines: Engines,
+        cfg: Config,
+        *,
+        clock: Callable[[], int],
+        time_of: Callable[[int], int],
+        spawn: Spawn,
+        on_evidence: Callable[[EvidenceFound], None],
+        on_partial: Callable[[PartialTranscript], None],
+    ) -> None:
+        self.turn_id = turn_id
+        self._engines = engines
+        self._cfg = cfg
+        self._clock = clock
+        self._time_of = time_of
+        self._spawn = spawn
+        self._on_evidence = on_evidence
+        self._on_partial = on_partial
+        self.transcriber = UtteranceTranscriber(engines.asr, cfg.asr, stamp=clock)
+        self.paused = False  # the VAD hears a pause inside the utterance
+        #: when the words / the sound of the last pause came back (ms after its speech end),
+        #: and the turn model's own compute time (ms)
+        self.evidence_at: dict[str, float] = {}
+        self._partials: asyncio.Task[None] | None = None
+        self._evidence: list[asyncio.Task[None]] = []
+        self._prefetch: asyncio.Task[None] | None = None
+        self._prefetched: PrefetchedStream | None = None
+        self._prefetch_ready = asyncio.Event()
+
+    # ------------------------------------------------------------ audio
+
+    def start(self, audio: NDArray[np.float32]) -> None:
+        self.transcriber.start(audio)
+        self.listen()
+
+    def append(self, samples: NDArray[np.float32]) -> None:
+        self.transcriber.append(samples)
+
+    def listen(self) -> None:
+        """The user speaks (again): partial transcripts from now on."""
+        self.stop_partials()
+        if self._cfg.asr.partial_interval_ms > 0:
+            self._partials = self._spawn(self._poll_partials(), f"partials-{self.turn_id}")
+
+    def stop_partials(self) -> None:
+        if self._partials is not None:
+            self._partials.cancel()
+            self._partials = None
+
+    async def _poll_partials(self) -> None:
+        interval = self._cfg.asr.partial_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            if self.paused:
+                continue  # the speculative final decode has the CPU
+            partial = await self.transcriber.partial()
+            if partial is not None:
+                self._on_partial(partial)
+
+    # ------------------------------------------------------------ the evidence of a pause
+
+    def speculate(self, speech_end: int) -> None:
+        """A pause began after input sample ``speech_end``."""
+        self.paused = True
+        self.evidence_at = {}
+        self.drop_evidence()
+        if self._cfg.asr.speculative_final:
+            self.transcriber.speculate()
+        self._evidence = [self._spawn(self._words(speech_end), f"words-{self.turn_id}")]
+        if self._engines.turn is not None and self._cfg.turn.semantic:
+            self._evidence.append(self._spawn(self._sound(speech_end), f"turn-model-{self.turn_id}"))
+
+    def stop_speculating(self) -> None:
+        self.paused = False
+        self.transcriber.invalidate()
+        self.drop_prefetch()
+        self.drop_evidence()
+
+    def drop_evidence(self) -> None:
+        for task in self._evidence:
+            task.cancel()
+        self._evidence = []
+
+    def _after(self, sample: int) -> float:
+        return (self._clock() - self._time_of(sample)) / 1e6
+
+    async def _words(self, speech_end: int) -> None:
+        spec = await self.transcriber.speculative() if self._cfg.asr.speculative_final else None
+        cue = Cue.NEUTRAL if spec is None else transcript_cue(spec.text)
+        self.evidence_at["words"] = self._after(speech_end)
+        self._on_evidence(EvidenceFound(self.turn_id, speech_end, cue=cue))
+
+    async def _sound(self, speech_end: int) -> None:
+        model = self._engines.turn
+        assert model is not None
+        audio = self.transcriber.audio()
+
+        def run() -> tuple[float, int, int]:
+            start = self._clock()
+            return model.p_complete(audio), start, self._clock()
+
+        try:
+            p, start, end = await asyncio.to_thread(run)
+        except Exception:
+            log.warning("turn %d: the turn model failed; deciding without it", self.turn_id, exc_info=True)
+            self._on_evidence(EvidenceFound(self.turn_id, speech_end, sound_failed=True))
+            return
+        self.evidence_at["sound"] = self._after(speech_end)
+        self.evidence_at["sound_compute"] = (end - start) / 1e6
+        self._on_evidence(EvidenceFound(self.turn_id, speech_end, p_complete=p))
+
+    # ------------------------------------------------------------ LLM prefetch
+
+    def prefetch(self, request: Callable[[str], list[ChatMessage]], history_version: int, tag: str) -> None:
+        """Start the LLM on the speculative transcript (``request(text)``: its messages)."""
+        self.drop_prefetch()
+        self._prefetch_ready = asyncio.Event()
+        self._prefetch = self._spawn(
+            self._run_prefetch(request, history_version, tag, self._prefetch_ready),
+            f"prefetch-{self.turn_id}",
+        )
+
+    def drop_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch.cancel()  # closes the stream: the request is aborted
+        self._prefetch, self._prefetched = None, None
+
+    async def _run_prefetch(
+        self, request: Callable[[str], list[ChatMessage]], version: int, tag: str, ready: asyncio.Event
+    ) -> None:
+        try:
+            spec = await self.transcriber.speculative()
+            text = "" if spec is None else spec.text.strip()
+            if not text:
+                return
+            buffer = PrefetchedStream(text, history_version=version, started_ns=self._clock())
+            self._prefetched = buffer
+            ready.set()
+            await buffer.fill(self._engines.llm, request(text), f"prefetch-{tag}")
+        finally:
+            ready.set()
+
+    async def take_prefetch(self, user_text: str, history_version: int) -> PrefetchedStream | None:
+        """The prefetched reply if it was asked with exactly these words and history."""
+        if self._prefetch is None:
+            return None
+        await self._prefetch_ready.wait()
+        buffer = self._prefetched
+        if buffer is None or buffer.user_text != user_text or buffer.history_version != history_version:
+            self.drop_prefetch()
+            return None
+        return buffer
+
+    # ------------------------------------------------------------ lifetime
+
+    def drop(self) -> None:
+        """The turn goes on anew or is over: everything of the current attempt stops."""
+        self.stop_partials()
+        self.drop_evidence()
+        self.drop_prefetch()
+
+    async def aclose(self) -> None:
+        self.drop()
+        await self.transcriber.aclose()
