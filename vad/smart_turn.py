@@ -94,7 +94,8 @@ class TurnFeatures:
         out = ((log_mel + 4.0) / 4.0).astype(np.float32)
         if out.shape != (N_MELS, FRAMES):  # pragma: no cover - constants changed
             raise EngineError(f"turn model features have shape {out.shape}, expected (80, 800)")
-        return out[np.newaxis]
+        batch: NDArray[np.float32] = out[np.newaxis]
+        return batch
 
 
 class SmartTurn:
