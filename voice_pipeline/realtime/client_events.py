@@ -53,8 +53,6 @@ from voice_pipeline.realtime.wire import Fields, Json, decode_base64, load_objec
 #: largest client event accepted (1 MiB of base64 is ~16 s of 24 kHz PCM16)
 DEFAULT_MAX_EVENT_BYTES: Final = 1 << 20
 MAX_EVENT_ID_CHARS: Final = 512
-#: ``previous_item_id`` that puts a new item first
-ROOT: Final = "root"
 MAX_METADATA_PAIRS: Final = 16
 
 
@@ -91,7 +89,7 @@ class ClearInputAudio:
 @dataclass(frozen=True, slots=True)
 class CreateItem:
     item: Item
-    #: None: append; :data:`ROOT`: first; else after that item
+    #: None: append; ``ROOT`` ("root"): first; else after that item
     previous_item_id: str | None = None
     event_id: str | None = None
 

@@ -25,6 +25,8 @@ from voice_pipeline.realtime.wire import Fields, Json, decode_base64, element
 
 #: ``id`` of an item the client sent without one: the conversation assigns it
 NO_ID: Final = ""
+#: ``previous_item_id`` that puts a new item first
+ROOT: Final = "root"
 MAX_ID_CHARS: Final = 64
 MAX_PARTS: Final = 32
 
@@ -62,8 +64,10 @@ class OutputText:
 
 @dataclass(frozen=True, slots=True)
 class OutputAudio:
+    #: what the item says: all that was spoken, or after a truncation the words heard
     transcript: str
-    #: what was spoken, clause by clause, with each clause's length in samples at ``rate_hz``
+    #: all that was spoken, clause by clause, with each clause's length in samples at
+    #: ``rate_hz`` (a truncation keeps them, so a later one may move the cut either way)
     clauses: tuple[SpokenClause, ...] = ()
     rate_hz: int = 24000
 
