@@ -209,21 +209,22 @@ def parse_item(value: Any, path: str, *, references: bool = False) -> Item | Ite
     if references and isinstance(value, dict) and value.get("type") == "item_reference":
         ref = element(value, path, frozenset({"type", "id"}))
         return ItemReference(ref.required_text("id", max_chars=MAX_ID_CHARS))
-    f = element(value, path, _MESSAGE_KEYS | _CALL_KEYS | _OUTPUT_KEYS)
-    kind = f.required_text("type")
+    kind = element(value, path, frozenset(value) if isinstance(value, dict) else frozenset()).required_text(
+        "type"
+    )
     if kind in _MCP_TYPES:
-        raise refuse(ErrorCode.UNSUPPORTED, "MCP items are not supported by this server", f.param("type"))
+        raise refuse(ErrorCode.UNSUPPORTED, "MCP items are not supported by this server", f"{path}.type")
     if kind not in _ITEM_TYPES:
         raise refuse(
             ErrorCode.INVALID_VALUE,
             f"invalid item type {quote(kind)}; supported: {', '.join(_ITEM_TYPES)}",
-            f.param("type"),
+            f"{path}.type",
         )
-    if f.has("object") and f.get("object") not in (None, "realtime.item"):
+    known = {"message": _MESSAGE_KEYS, "function_call": _CALL_KEYS, "function_call_output": _OUTPUT_KEYS}
+    f = Fields(value, path, known[kind])
+    if f.get("object") not in (None, "realtime.item"):
         raise refuse(ErrorCode.INVALID_VALUE, "'object' must be \"realtime.item\"", f.param("object"))
     f.choice("status", tuple(ItemStatus))  # accepted and ignored: the server sets the status
-    known = {"message": _MESSAGE_KEYS, "function_call": _CALL_KEYS, "function_call_output": _OUTPUT_KEYS}
-    f = Fields(f.data, f.path, known[kind])
     match kind:
         case "message":
             return _message(f)

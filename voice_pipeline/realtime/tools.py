@@ -91,7 +91,9 @@ def _tool(value: Any, path: str) -> FunctionTool:
         )
     params = f.get("parameters")
     if params is not None and not isinstance(params, dict):
-        raise f.wrong_type("parameters", "an object (a JSON schema)")
+        raise refuse(
+            ErrorCode.INVALID_VALUE, "'parameters' must be a JSON schema (an object)", f.param("parameters")
+        )
     return FunctionTool(
         name, f.text("description") or "", json.dumps(params or {}, separators=(",", ":"), ensure_ascii=False)
     )

@@ -124,9 +124,6 @@ def decode_base64(text: str, param: str) -> bytes:
         raise refuse(ErrorCode.INVALID_BASE64, f"'{param}' is not valid base64", param) from None
 
 
-_MISSING: Any = object()
-
-
 class Fields:
     """One JSON object of a client event, read field by field. ``path`` prefixes ``param``.
 
@@ -161,8 +158,8 @@ class Fields:
         return key in self.data and self.data[key] is None
 
     def _value(self, key: str, required: bool, expected: str) -> Any:
-        value = self.data.get(key, _MISSING)
-        if value is _MISSING or (value is None and not required):
+        value = self.data.get(key)
+        if value is None:  # absent or null
             if required:
                 raise refuse(
                     ErrorCode.MISSING_PARAMETER,
