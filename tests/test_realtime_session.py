@@ -23,6 +23,8 @@ from voice_pipeline.realtime.session_config import (
     Transcription,
     eagerness_max_wait_ms,
     initial_config,
+    piper_voice_name,
+    profile_from_config,
     session_json,
     vad_config,
 )
@@ -352,3 +354,31 @@ def test_response_refused(params: ResponseParams, code: ErrorCode, param: str) -
     with pytest.raises(RealtimeClientError) as info:
         resolve_response(params, DEFAULT, PROFILE)
     assert (info.value.error.code, info.value.error.param) == (code, param)
+
+
+def test_profile_from_the_project_config() -> None:
+    cfg = Config()
+    profile = profile_from_config(cfg, model="SmolLM2-135M-Instruct", voice="joe", tools_supported=False)
+    assert profile == PROFILE.__class__(
+        model="SmolLM2-135M-Instruct",
+        voice="joe",
+        transcription_model="whisper-tiny.en",
+        language="en",
+        instructions=cfg.llm.system_prompt,
+        max_output_tokens=cfg.llm.max_tokens,
+        tools_supported=False,
+        vad=cfg.vad,
+        interrupt_response=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/cache/piper/en_US-joe-medium.onnx", "joe"),
+        ("de_DE-thorsten-high.onnx", "thorsten"),
+        ("my.onnx", "my"),
+    ],
+)
+def test_piper_voice_name(path: str, name: str) -> None:
+    assert piper_voice_name(path) == name

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 from typing import Final
 
-from voice_pipeline.config import VADConfig
+from voice_pipeline.config import Config, VADConfig
 from voice_pipeline.realtime.audio import AudioFormat, format_json
 from voice_pipeline.realtime.tools import (
     FunctionTool,
@@ -118,6 +119,31 @@ class RealtimeSessionConfig:
     def reply_tokens(self, server_cap: int) -> int:
         """The reply's token limit: the session's, never above the server's cap."""
         return server_cap if self.max_output_tokens is None else min(self.max_output_tokens, server_cap)
+
+
+def piper_voice_name(voice_path: str) -> str:
+    """The voice's name in a Piper file name ``<lang>_<REGION>-<name>-<quality>.onnx``:
+    ``en_US-joe-medium.onnx`` -> ``joe`` (else the file's stem)."""
+    stem = PurePath(voice_path).name.removesuffix(".onnx")
+    parts = stem.split("-")
+    return parts[1] if len(parts) == 3 else stem
+
+
+def profile_from_config(cfg: Config, *, model: str, voice: str, tools_supported: bool) -> ServerProfile:
+    """This server's profile: ``model`` and ``voice`` as announced (e.g. the LLM's folder name
+    and :func:`piper_voice_name`), ``tools_supported`` from the model's chat template
+    (:func:`voice_pipeline.realtime.tools.chat_template_supports_tools`)."""
+    return ServerProfile(
+        model=model,
+        voice=voice,
+        transcription_model=PurePath(cfg.asr.model_path).name if cfg.asr.model_path else "whisper-tiny.en",
+        language=cfg.asr.language,
+        instructions=cfg.llm.system_prompt,
+        max_output_tokens=cfg.llm.max_tokens,
+        tools_supported=tools_supported,
+        vad=cfg.vad,
+        interrupt_response=cfg.barge_in.enabled,
+    )
 
 
 def initial_config(profile: ServerProfile) -> RealtimeSessionConfig:
