@@ -59,6 +59,7 @@ def conv() -> Conversation:
     ("previous", "order", "before"),
     [
         (None, ["i0", "i1", "i2", "new"], "i2"),
+        ("", ["i0", "i1", "i2", "new"], "i2"),  # what the SDK's users send for "append"
         ("root", ["new", "i0", "i1", "i2"], None),
         ("i0", ["i0", "new", "i1", "i2"], "i0"),
         ("i2", ["i0", "i1", "i2", "new"], "i2"),
@@ -106,10 +107,25 @@ def test_retrieve_and_delete(conv: Conversation) -> None:
     assert conv.retrieve("i1") == [ItemRetrieved(text("i1", "message 1"))]
     assert conv.delete("i1") == [ItemDeleted("i1")]
     assert ids_of(conv) == ["i0", "i2"]
-    for op in (conv.retrieve, conv.delete):
+    for op, code, message in (
+        (
+            conv.retrieve,
+            ErrorCode.RETRIEVE_NOT_FOUND,
+            "Error retrieving item: the item with id 'i1' does not exist.",
+        ),
+        (
+            conv.delete,
+            ErrorCode.DELETE_NOT_FOUND,
+            "Error deleting item: the item with id 'i1' does not exist.",
+        ),
+    ):
         with pytest.raises(RealtimeClientError) as info:
-            op("i1")
-        assert (info.value.error.code, info.value.error.param) == (ErrorCode.ITEM_NOT_FOUND, "item_id")
+            op("i1")  # OpenAI's codes and messages (clients such as Pipecat match on the code)
+        assert (info.value.error.code, info.value.error.param, info.value.error.message) == (
+            code,
+            "item_id",
+            message,
+        )
 
 
 def test_the_oldest_item_goes_when_full() -> None:
@@ -164,7 +180,7 @@ def test_truncate_again_moves_the_cut_either_way() -> None:
 @pytest.mark.parametrize(
     ("item_id", "content_index", "audio_end_ms", "code", "param"),
     [
-        ("zzz", 0, 10, ErrorCode.ITEM_NOT_FOUND, "item_id"),
+        ("zzz", 0, 10, ErrorCode.TRUNCATE_NOT_FOUND, "item_id"),
         ("u", 0, 10, ErrorCode.INVALID_VALUE, "item_id"),  # a user message
         ("a", 1, 10, ErrorCode.INVALID_VALUE, "content_index"),
         ("a", 0, 2501, ErrorCode.INVALID_VALUE, "audio_end_ms"),  # past the end of the audio

@@ -89,7 +89,7 @@ class ClearInputAudio:
 @dataclass(frozen=True, slots=True)
 class CreateItem:
     item: Item
-    #: None: append; ``ROOT`` ("root"): first; else after that item
+    #: None or "": append; ``"root"``: first; else after that item
     previous_item_id: str | None = None
     event_id: str | None = None
 

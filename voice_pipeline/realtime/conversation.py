@@ -63,8 +63,17 @@ from voice_pipeline.realtime.server_events import (
 DEFAULT_MAX_ITEMS = 512
 
 
-def _not_found(item_id: str, param: str = "item_id") -> Exception:
-    return refuse(ErrorCode.ITEM_NOT_FOUND, f"no item with id {quote(item_id)} in the conversation", param)
+#: what a client event was doing when its item was not found: (OpenAI's error code, message prefix)
+_NOT_FOUND = {
+    "retrieve": (ErrorCode.RETRIEVE_NOT_FOUND, "Error retrieving item"),
+    "delete": (ErrorCode.DELETE_NOT_FOUND, "Error deleting item"),
+    "truncate": (ErrorCode.TRUNCATE_NOT_FOUND, "Error truncating item"),
+}
+
+
+def _not_found(item_id: str, param: str = "item_id", action: str = "") -> Exception:
+    code, prefix = _NOT_FOUND.get(action, (ErrorCode.ITEM_NOT_FOUND, "Error"))
+    return refuse(code, f"{prefix}: the item with id {quote(item_id)} does not exist.", param)
 
 
 class Conversation:
@@ -86,14 +95,16 @@ class Conversation:
     def __contains__(self, item_id: object) -> bool:
         return any(i.id == item_id for i in self._items)
 
-    def _index(self, item_id: str, param: str = "item_id") -> int:
+    def _index(self, item_id: str, param: str = "item_id", action: str = "") -> int:
         for n, item in enumerate(self._items):
             if item.id == item_id:
                 return n
-        raise _not_found(item_id, param)
+        raise _not_found(item_id, param, action)
 
-    def get(self, item_id: str) -> Item:
-        return self._items[self._index(item_id)]
+    def get(self, item_id: str, *, action: str = "") -> Item:
+        """The item; RealtimeClientError if there is none (``action``: retrieve / delete /
+        truncate, for OpenAI's error code of that event)."""
+        return self._items[self._index(item_id, action=action)]
 
     def previous_id(self, item_id: str) -> str | None:
         n = self._index(item_id)
@@ -135,7 +146,7 @@ class Conversation:
         the ``conversation.item.deleted`` of the oldest item if one had to go."""
         if item.id in self:
             raise refuse(ErrorCode.DUPLICATE_ITEM_ID, f"an item with id {quote(item.id)} exists", "item.id")
-        if previous_item_id is None:
+        if not previous_item_id:  # None, or "" (which the SDK's users send for "append")
             at = len(self._items)
         elif previous_item_id == ROOT:
             at = 0
@@ -185,16 +196,16 @@ class Conversation:
         return [*evicted, ItemAdded(item, previous), ItemDone(item, previous)]
 
     def retrieve(self, item_id: str) -> list[ServerEvent]:
-        return [ItemRetrieved(self.get(item_id))]
+        return [ItemRetrieved(self.get(item_id, action="retrieve"))]
 
     def delete(self, item_id: str) -> list[ServerEvent]:
-        del self._items[self._index(item_id)]
+        del self._items[self._index(item_id, action="delete")]
         return [ItemDeleted(item_id)]
 
     def truncate(self, item_id: str, content_index: int, audio_end_ms: int) -> list[ServerEvent]:
         """Cut an assistant audio part at ``audio_end_ms`` (ms of the item's audio), and its
         transcript to the words heard by then."""
-        item = self.get(item_id)
+        item = self.get(item_id, action="truncate")
         if not isinstance(item, Message) or item.role is not Role.ASSISTANT:
             raise refuse(ErrorCode.INVALID_VALUE, "only assistant messages can be truncated", "item_id")
         if not 0 <= content_index < len(item.content):

@@ -48,6 +48,11 @@ class ErrorCode(enum.StrEnum):
     #: tools requested from a model whose chat template cannot call them
     TOOLS_UNSUPPORTED = "tools_unsupported"
     # the conversation's and the session's state
+    #: an item id that names no item (OpenAI's codes for retrieve, delete and truncate)
+    RETRIEVE_NOT_FOUND = "item_retrieve_invalid_item_id"
+    DELETE_NOT_FOUND = "item_delete_invalid_item_id"
+    TRUNCATE_NOT_FOUND = "item_truncate_invalid_item_id"
+    #: ... for a previous_item_id or a response's item reference
     ITEM_NOT_FOUND = "item_not_found"
     DUPLICATE_ITEM_ID = "duplicate_item_id"
     INPUT_BUFFER_EMPTY = "input_audio_buffer_commit_empty"
