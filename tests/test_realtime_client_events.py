@@ -468,15 +468,6 @@ BAD: list[tuple[str, dict[str, Any] | str | bytes, ErrorCode, str | None]] = [
         "session.audio.input.turn_detection.idle_timeout_ms",
     ),
     (
-        "noise reduction",
-        {
-            "type": "session.update",
-            "session": {"type": "realtime", "audio": {"input": {"noise_reduction": {"type": "near_field"}}}},
-        },
-        ErrorCode.UNSUPPORTED,
-        "session.audio.input.noise_reduction",
-    ),
-    (
         "French transcription",
         {
             "type": "session.update",

@@ -12,10 +12,11 @@ Accepted with no effect here, and announced as what this server does:
 ``model`` (the served model is fixed), OpenAI's built-in voice names (spoken
 with this server's one voice), any transcription ``model`` (this server's ASR
 transcribes), ``tracing`` (announced null), ``truncation: "auto"`` (oldest
-turns are dropped first), ``parallel_tool_calls``, and the read-only ``id``,
+turns are dropped first), ``parallel_tool_calls``, ``noise_reduction`` (announced
+null: this server has no input noise filter), and the read-only ``id``,
 ``object`` and ``expires_at`` a client may echo from ``session.created``.
 Refused with ``unsupported_value``: other voices, a speed other than 1,
-noise reduction, idle timeouts, transcription prompts/keywords/languages other
+idle timeouts, transcription prompts/keywords/languages other
 than English, logprobs, prompt templates, reasoning settings, MCP tools,
 transcription-only sessions; and any tool or forced tool choice while the model
 cannot call tools (``tools_unsupported``). A ``server_vad`` object's absent
@@ -282,11 +283,10 @@ def _audio(f: Fields) -> dict[str, Any]:
         out["input_format"] = parse_format(inp, "format")
         out["turn_detection"] = _turn_detection(inp)
         out["transcription"] = _transcription(inp)
-        if inp.get("noise_reduction") is not None:
-            inp.obj("noise_reduction", frozenset({"type", "strength"}))
-            raise unsupported(
-                inp.param("noise_reduction"), "input noise reduction is not supported (set null)"
-            )
+        noise = inp.obj("noise_reduction", frozenset({"type", "strength"}))
+        if noise is not None:  # accepted, not applied (announced null): Pipecat's examples set it,
+            noise.choice("type", ("near_field", "far_field"))  # and Pipecat ends the session on any error
+            noise.number("strength")
     output = audio.obj("output", _OUTPUT_KEYS)
     if output is not None:
         out["output_format"] = parse_format(output, "format")
