@@ -38,7 +38,7 @@ from voice_pipeline.realtime.session_config import initial_config
 from voice_pipeline.realtime.session_update import apply_update
 
 MANY = settings(
-    max_examples=3000, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=2000, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
 )
 SEQUENCES = settings(
     max_examples=600, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)

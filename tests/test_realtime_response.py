@@ -335,3 +335,13 @@ def test_transcript_of_a_deleted_item_is_still_sent() -> None:
     iid = next(e.item_id for e in inp.commit() if isinstance(e, InputCommitted))
     conv.delete(iid)
     assert inp.transcript_completed(iid, "late", 0.5) == [InputTranscriptCompleted(iid, 0, "late", 0.5)]
+
+
+def test_an_item_the_client_deleted_mid_response_is_not_done_in_the_conversation() -> None:
+    seq, conv = sequencer()
+    seq.created()
+    seq.audio(b"a", 1, "Hello")
+    conv.delete(seq.item_ids[0])
+    events = seq.finish()
+    assert "conversation.item.done" not in _types(events) and "response.output_item.done" in _types(events)
+    assert len(conv) == 0

@@ -313,9 +313,8 @@ class ResponseSequencer:
                 ]
         self._output.append(final)
         events.append(OutputItemDone(rid, index, final))
-        if self._conversation is not None:
-            if final.id in self._conversation:
-                self._conversation.replace(final)
+        if self._conversation is not None and final.id in self._conversation:  # (the client may delete it)
+            self._conversation.replace(final)
             events.append(ItemDone(final, current.previous_item_id))
         return events
 
