@@ -282,6 +282,11 @@ def test_eagerness_is_the_longest_wait(eagerness: Eagerness, ms: int) -> None:
     assert eagerness_max_wait_ms(eagerness) == ms
 
 
+def test_auto_eagerness_can_mean_the_servers_own_wait() -> None:
+    assert eagerness_max_wait_ms(Eagerness.AUTO, auto_ms=2000) == 2000
+    assert eagerness_max_wait_ms(Eagerness.LOW, auto_ms=2000) == 8000
+
+
 def test_the_sdk_documents_these_waits() -> None:
     import inspect
 

@@ -177,20 +177,17 @@ def vad_config(base: VADConfig, td: ServerVad) -> VADConfig:
     )
 
 
-#: OpenAI's documented longest waits of semantic_vad ("auto" is "medium")
-_EAGERNESS_MAX_WAIT_MS: Final = {
-    Eagerness.LOW: 8000,
-    Eagerness.MEDIUM: 4000,
-    Eagerness.HIGH: 2000,
-    Eagerness.AUTO: 4000,
-}
+#: OpenAI's documented longest waits of semantic_vad ("auto" is "medium" on OpenAI's server)
+_EAGERNESS_MAX_WAIT_MS: Final = {Eagerness.LOW: 8000, Eagerness.MEDIUM: 4000, Eagerness.HIGH: 2000}
 
 
-def eagerness_max_wait_ms(eagerness: Eagerness) -> int:
-    """Maps semantic_vad's eagerness to the semantic end-of-turn policy's longest wait (ms) for
-    the user to go on after a pause: low 8 s, medium 4 s, high 2 s, auto = medium (the
-    timeouts the openai SDK documents for ``SemanticVad.eagerness``)."""
-    return _EAGERNESS_MAX_WAIT_MS[eagerness]
+def eagerness_max_wait_ms(eagerness: Eagerness, *, auto_ms: int = 4000) -> int:
+    """Maps semantic_vad's eagerness to the semantic end-of-turn policy's longest wait (ms)
+    for the user to go on after a pause (``turn.incomplete_silence_ms``): low 8 s, medium
+    4 s, high 2 s -- the timeouts the openai SDK documents for ``SemanticVad.eagerness`` --
+    and auto ``auto_ms``: OpenAI's auto is medium; pass this server's configured wait to
+    let auto mean "as the server is set up"."""
+    return auto_ms if eagerness is Eagerness.AUTO else _EAGERNESS_MAX_WAIT_MS[eagerness]
 
 
 def turn_detection_json(td: TurnDetection) -> Json | None:
