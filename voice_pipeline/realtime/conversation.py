@@ -28,6 +28,7 @@ them: an assistant message with ``tool_calls`` and a ``tool`` message).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -63,16 +64,17 @@ from voice_pipeline.realtime.server_events import (
 DEFAULT_MAX_ITEMS = 512
 
 
-#: what a client event was doing when its item was not found: (OpenAI's error code, message prefix)
-_NOT_FOUND = {
-    "retrieve": (ErrorCode.RETRIEVE_NOT_FOUND, "Error retrieving item"),
-    "delete": (ErrorCode.DELETE_NOT_FOUND, "Error deleting item"),
-    "truncate": (ErrorCode.TRUNCATE_NOT_FOUND, "Error truncating item"),
-}
+class ItemAction(enum.Enum):
+    """The client event looking an item up: each has OpenAI's own not-found error code."""
+
+    FIND = (ErrorCode.ITEM_NOT_FOUND, "Error")
+    RETRIEVE = (ErrorCode.RETRIEVE_NOT_FOUND, "Error retrieving item")
+    DELETE = (ErrorCode.DELETE_NOT_FOUND, "Error deleting item")
+    TRUNCATE = (ErrorCode.TRUNCATE_NOT_FOUND, "Error truncating item")
 
 
-def _not_found(item_id: str, param: str = "item_id", action: str = "") -> Exception:
-    code, prefix = _NOT_FOUND.get(action, (ErrorCode.ITEM_NOT_FOUND, "Error"))
+def _not_found(item_id: str, param: str = "item_id", action: ItemAction = ItemAction.FIND) -> Exception:
+    code, prefix = action.value
     return refuse(code, f"{prefix}: the item with id {quote(item_id)} does not exist.", param)
 
 
@@ -95,15 +97,14 @@ class Conversation:
     def __contains__(self, item_id: object) -> bool:
         return any(i.id == item_id for i in self._items)
 
-    def _index(self, item_id: str, param: str = "item_id", action: str = "") -> int:
+    def _index(self, item_id: str, param: str = "item_id", action: ItemAction = ItemAction.FIND) -> int:
         for n, item in enumerate(self._items):
             if item.id == item_id:
                 return n
         raise _not_found(item_id, param, action)
 
-    def get(self, item_id: str, *, action: str = "") -> Item:
-        """The item; RealtimeClientError if there is none (``action``: retrieve / delete /
-        truncate, for OpenAI's error code of that event)."""
+    def get(self, item_id: str, *, action: ItemAction = ItemAction.FIND) -> Item:
+        """The item; RealtimeClientError if there is none, with the code of ``action``."""
         return self._items[self._index(item_id, action=action)]
 
     def previous_id(self, item_id: str) -> str | None:
@@ -196,16 +197,16 @@ class Conversation:
         return [*evicted, ItemAdded(item, previous), ItemDone(item, previous)]
 
     def retrieve(self, item_id: str) -> list[ServerEvent]:
-        return [ItemRetrieved(self.get(item_id, action="retrieve"))]
+        return [ItemRetrieved(self.get(item_id, action=ItemAction.RETRIEVE))]
 
     def delete(self, item_id: str) -> list[ServerEvent]:
-        del self._items[self._index(item_id, action="delete")]
+        del self._items[self._index(item_id, action=ItemAction.DELETE)]
         return [ItemDeleted(item_id)]
 
     def truncate(self, item_id: str, content_index: int, audio_end_ms: int) -> list[ServerEvent]:
         """Cut an assistant audio part at ``audio_end_ms`` (ms of the item's audio), and its
         transcript to the words heard by then."""
-        item = self.get(item_id, action="truncate")
+        item = self.get(item_id, action=ItemAction.TRUNCATE)
         if not isinstance(item, Message) or item.role is not Role.ASSISTANT:
             raise refuse(ErrorCode.INVALID_VALUE, "only assistant messages can be truncated", "item_id")
         if not 0 <= content_index < len(item.content):
