@@ -19,6 +19,10 @@ Life of one utterance, as the session runtime drives it::
 
 Audio appended after :meth:`speculate` is taken to be silence (the pause) unless
 :meth:`invalidate` is called, so a valid speculation covers all the speech.
+
+Every decode hears the utterance with its long inner pauses shortened to
+``asr.max_pause_ms`` (:mod:`asr.pauses`): a speaker who pauses mid-sentence is
+transcribed as one sentence, not as fragments.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from numpy.typing import NDArray
 
 from asr.base import ASREngine, Transcription
 from asr.local_agreement import LocalAgreement
+from asr.pauses import shorten_pauses
 from voice_pipeline.errors import AudioInputError, EngineError
 
 if TYPE_CHECKING:
@@ -345,9 +350,12 @@ class UtteranceTranscriber:
         return self._chunks[0]
 
     async def _decode(self, audio: NDArray[np.float32]) -> Decoded:
+        max_pause_s = self._cfg.max_pause_ms / 1000
+        rate = self._engine.sample_rate_hz
+
         def run() -> Decoded:
             start = self._stamp()
-            result = self._engine.transcribe(audio)
+            result = self._engine.transcribe(shorten_pauses(audio, rate, max_pause_s))
             return Decoded(result, start, self._stamp())
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, run)

@@ -9,7 +9,7 @@ makes such speech from any synthesizer:
    phrase keeps the intonation of a sentence that goes on (synthesizing fragments
    one by one would give each a falling, final-sounding end);
 2. the silent gaps the commas left are found on the audio (:func:`find_gaps`: the
-   longest runs of 10 ms frames 40 dB below the loudest, in order);
+   longest runs of 10 ms frames 40 dB below the loudest, :func:`asr.pauses.silent_runs`);
 3. each is stretched to the pause wanted.
 
 If the voice left fewer gaps than there are commas, the phrases are synthesized one
@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+
+from asr.pauses import silent_runs
 
 #: sentences said with pauses at the phrase boundaries; the pauses fall where people
 #: hesitate: after a preposition or a filler, before an afterthought, inside a list
@@ -47,10 +49,8 @@ COMPLETE_QUESTIONS: tuple[str, ...] = (
 #: words people say while holding the floor; Whisper usually leaves them out
 FILLERS = frozenset({"um", "uh", "er", "erm", "uhm", "hmm"})
 
-_FRAME_S = 0.01
-#: a gap is at least this long, and this far below the loudest 10 ms frame
+#: a gap is at least this long (and 40 dB below the loudest 10 ms frame: asr.pauses)
 MIN_GAP_S = 0.06
-GAP_RANGE_DB = 40.0
 
 Synth = Callable[[str], NDArray[np.float32]]
 
@@ -79,35 +79,13 @@ class PausedSpeech:
         return " ".join(w for w in self.text.split() if w.lower().strip(",.?!") not in FILLERS)
 
 
-def _levels_db(samples: NDArray[np.float32], rate_hz: int) -> NDArray[np.float64]:
-    frame = max(1, round(rate_hz * _FRAME_S))
-    n = len(samples) // frame
-    x = samples[: n * frame].reshape(n, frame).astype(np.float64)
-    levels: NDArray[np.float64] = 20.0 * np.log10(np.sqrt(np.mean(x * x, axis=1)) + 1e-9)
-    return levels
-
-
 def find_gaps(samples: NDArray[np.float32], rate_hz: int, count: int) -> list[tuple[int, int]]:
-    """The ``count`` longest silent gaps inside the speech, in time order, as [start, end)
-    sample spans (fewer if there are not that many); silence before the first and after
-    the last loud frame does not count."""
-    levels = _levels_db(samples, rate_hz)
-    if levels.size == 0 or count <= 0:
+    """The ``count`` longest silent gaps inside the speech (at least :data:`MIN_GAP_S`, 40 dB
+    below the loudest 10 ms frame), in time order, as [start, end) sample spans."""
+    if count <= 0:
         return []
-    frame = max(1, round(rate_hz * _FRAME_S))
-    quiet = levels < float(levels.max()) - GAP_RANGE_DB
-    loud = np.flatnonzero(~quiet)
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i in range(int(loud[0]), int(loud[-1]) + 1):
-        if quiet[i] and start is None:
-            start = i
-        elif not quiet[i] and start is not None:
-            if (i - start) * _FRAME_S >= MIN_GAP_S:
-                runs.append((start * frame, i * frame))
-            start = None
-    longest = sorted(runs, key=lambda r: r[1] - r[0], reverse=True)[:count]
-    return sorted(longest)
+    runs = silent_runs(samples, rate_hz, MIN_GAP_S)
+    return sorted(sorted(runs, key=lambda r: r[1] - r[0], reverse=True)[:count])
 
 
 def _silence(seconds: float, rate_hz: int) -> NDArray[np.float32]:
