@@ -309,8 +309,15 @@ def reply_audio(h: Harness) -> NDArray[np.int16]:
     return np.concatenate([h.fakes.tts.synthesize(text) for text in list(h.fakes.tts.texts)])
 
 
-async def hearing_the_reply(h: Harness, seconds: float = 0.6) -> None:
-    """Ask the first question and wait until ``seconds`` of the reply have played."""
+def past_the_grace(cfg: Config) -> float:
+    """Seconds into a reply after which user speech is a barge-in, not a continuation."""
+    return cfg.turn.continuation_grace_ms / 1000 + 0.1
+
+
+async def hearing_the_reply(h: Harness, seconds: float | None = None) -> None:
+    """Ask the first question and wait until ``seconds`` of the reply have played (default:
+    past the continuation grace, so that speech now is a barge-in)."""
+    seconds = past_the_grace(h.cfg) if seconds is None else seconds
     await h.driver.speak(0.5)
     await h.driver.quiet_until(lambda: h.transport.played_samples(1) >= seconds * 22050)
     assert not h.transport.of(ev.ReplyPaused)
@@ -722,7 +729,7 @@ async def test_user_speech_over_the_echo_still_pauses_the_reply() -> None:
     t, d = h.transport, h.driver
     try:
         await d.speak(0.4)
-        await d.quiet_until(lambda: t.played_samples(1) >= 0.4 * RATE)
+        await d.quiet_until(lambda: t.played_samples(1) >= past_the_grace(h.cfg) * RATE)
         h.fakes.asr.text = "tell me more"
         await d.speak_until(lambda: bool(t.of(ev.ReplyPaused, 1)))
         assert not h.completed(1)

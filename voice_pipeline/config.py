@@ -81,10 +81,12 @@ class TurnConfig:
     #: (the reply is dropped, both parts are transcribed as one message) instead of
     #: starting a new one
     continuation: bool = True
-    #: ... and so does speech starting up to this long after the reply's first audio left
-    #: (the user had not heard it yet, or could not react: transport latency ~50-150 ms +
-    #: reaction ~200 ms); later speech over the reply is a barge-in
-    continuation_grace_ms: int = 300
+    #: ... and so does speech starting up to this long after the reply's first audio left:
+    #: the user had not heard it yet (transport latency ~50-150 ms), could not react
+    #: (~200 ms), or had simply gone on with their sentence; later speech over the reply is
+    #: a barge-in. With 300 ms a speaker pausing 1.2 s after "Can you tell me" was cut
+    #: (the reply became audible 0.8 s into the pause)
+    continuation_grace_ms: int = 600
 
 
 @dataclass(frozen=True, slots=True)

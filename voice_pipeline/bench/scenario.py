@@ -42,8 +42,9 @@ LONG_PROMPTS: tuple[str, ...] = (
 #: server's end-of-turn silence), so it stays one user turn
 INTERRUPTION = "Please tell me about the moon instead."
 
-#: the interruption starts this far into the reply audio (uniform, seeded)
-INTERRUPT_DELAY_S = (0.6, 1.6)
+#: the interruption starts this far into the reply audio (uniform, seeded); after the
+#: server's continuation grace (turn.continuation_grace_ms, 600 ms), so it is a barge-in
+INTERRUPT_DELAY_S = (1.0, 2.0)
 #: sessions start staggered by up to this much (seeded)
 START_SPREAD_S = 1.0
 
