@@ -25,6 +25,7 @@ TURN_FIELDS = {
     "session", "turn", "text", "kind", "interrupt_planned", "interrupt_after_s", "interrupt_skipped",
     "server_turn_ids", "speech_onset_s", "speech_end_s", "first_voiced_s", "voice_to_voice_ms",
     "barge_in_stop_ms", "reply_audio_s", "cleared", "server_interrupted", "records", "error",
+    "paused", "premature_end", "continued", "talked_over_s",
 }  # fmt: skip
 STEP_FIELDS = {
     "sessions", "refused", "duration_s", "turns", "turns_completed", "turns_per_s", "interrupts_planned",
@@ -107,6 +108,37 @@ async def test_two_callers_two_turns_one_interrupted(
     page = out_html.read_text()
     assert page.count("<svg") == 2 and "per-turn latency waterfall" in page
     assert "<script" not in page and "src=" not in page and "href=" not in page  # self-contained
+
+
+async def test_sentences_with_pauses_report_the_premature_end_of_turn_rate(
+    engines: Engines, config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--pauses: every question a sentence said with 0.4-1.2 s pauses inside (Piper); the server
+    keeps each one turn, and the report says so beside voice-to-voice."""
+    out_json = tmp_path / "pauses.json"
+    async with running_server(engines, config) as srv:
+        rc = await bench("--url", f"ws://127.0.0.1:{srv.port}/ws", "--turns", "3", "--interrupt-share", "0",
+                         "--pauses", "--pause-s", "0.3", "--seed", "2", "--json", str(out_json))  # fmt: skip
+    out, err = capsys.readouterr()
+    no_traceback(err)
+    assert rc == 0, err
+    assert "turn-taking: 3 sentence(s) said with pauses: premature end of turn" in out
+    report = json.loads(out_json.read_text())
+    assert report["config"]["pauses"] == 1.0
+    (step,) = report["steps"]
+    turns = step["turn_results"]
+    assert len(turns) == 3 and all(t["paused"] and t["error"] is None for t in turns)
+    tt = step["summary"]["turn_taking"]
+    assert tt["paused_turns"] == 3 and tt["premature_ends"] == sum(t["premature_end"] for t in turns)
+    assert 0.0 <= tt["premature_end_rate"] <= 1.0  # the behaviour itself: tests/test_e2e_turn_taking.py
+    print(
+        "premature end-of-turn rate",
+        tt["premature_end_rate"],
+        [(t["text"], t["server_turn_ids"]) for t in turns],
+    )
+    assert tt["voice_to_voice_paused"]["n"] == 3 and tt["voice_to_voice_complete"] is None
+    assert sum(tt["end_of_turn_rules"].values()) >= 3
+    assert tt["continued"] == sum(t["continued"] for t in turns)
 
 
 async def test_a_twilio_call(engines: Engines, config: Config, tmp_path: Path,

@@ -123,3 +123,34 @@ async def test_the_microphone_sends_paced_frames_and_knows_when_speech_ended() -
     assert end_t == pytest.approx(mic.sent_t[k0 + 3] - (320 - 40) / RATE)
     gaps = np.diff([t for t, _ in sent])
     assert gaps.mean() == pytest.approx(0.02, abs=0.01)  # paced by the clock, not as fast as possible
+
+
+PAUSED = tuple(
+    Clip(f"p{i}", np.concatenate([tone(0.5), quiet(0.8), tone(0.5)]), RATE, 0, 28800, (8000,))
+    for i in range(3)
+)
+WITH_PAUSES = Speech(clips(8, "q"), clips(3, "long"), clips(1, "cut"), PAUSED)
+
+
+@pytest.mark.parametrize(("share", "expected"), [(0.0, 0), (0.5, 3), (1.0, 6)])
+def test_pauses_is_the_share_of_questions_said_with_pauses(share: float, expected: int) -> None:
+    plans = plan_step(WITH_PAUSES, 2, 5, 0.2, seed=4, pauses=share)
+    turns = [t for p in plans for t in p.turns]
+    plain = [t for t in turns if not t.interrupts_previous and t.interrupt_after_s is None]
+    assert len(plain) == 6  # 10 turns; 2 replies cut, by the 2 turns after them
+    assert sum(t.clip.paused for t in turns) == expected
+    # interruptions and the long prompts they cut are never paused sentences
+    assert not any(t.clip.paused for t in turns if t.interrupts_previous or t.interrupt_after_s is not None)
+    assert plans == plan_step(WITH_PAUSES, 2, 5, 0.2, seed=4, pauses=share)
+
+
+def test_without_paused_speech_pauses_changes_nothing() -> None:
+    assert plan_step(SPEECH, 2, 4, 0.25, seed=3, pauses=1.0) == plan_step(SPEECH, 2, 4, 0.25, seed=3)
+
+
+def test_a_clip_says_where_its_pauses_are() -> None:
+    x = np.concatenate([tone(0.5), quiet(0.8), tone(0.5)])
+    clip = make_clip("paused", x, RATE, (8000,))
+    assert clip is not None and clip.paused and clip.pauses_at == (8000,)
+    plain = make_clip("plain", tone(0.5), RATE)
+    assert plain is not None and not plain.paused

@@ -12,6 +12,7 @@ from voice_pipeline.bench.tracker import (
     ReplyCut,
     SpeechHeard,
     Tracker,
+    TurnContinuedSeen,
     TurnFailedReported,
     TurnRecorded,
     result,
@@ -120,3 +121,44 @@ def test_remaining_reply_audio_plays_out_in_real_time_from_arrival() -> None:
     assert tr.remaining(obs, 6.0) == 0
     tr.feed(AudioCleared(3.0, 1))  # the listener drops what it holds
     assert tr.remaining(obs, 3.0) == 0
+
+
+PAUSED = Clip("q ... r", np.zeros(16000, np.float32), 16000, 0, 16000, pauses_at=(6000,))
+
+
+def test_a_paused_sentence_cut_into_two_turns_ended_early() -> None:
+    tr = Tracker()
+    obs = tr.begin(TurnPlan(0, PAUSED, False, None))
+    tr.speech_onset(obs, 1.0)
+    tr.feed(SpeechHeard(1.2, 1))
+    tr.feed(ReplyAudio(2.3, 1, 8000, 16000, voiced=True))  # the first fragment's reply, mid-sentence
+    tr.feed(SpeechHeard(2.6, 2))  # the speaker went on: the server made a second turn of it
+    tr.speech_end(obs, 3.0)
+    tr.feed(ReplyAudio(3.8, 2, 16000, 16000, voiced=True))
+    r = result(obs, 0, origin_t=0.0)
+    assert r.paused and r.premature_end is True and r.continued == 0
+    assert r.talked_over_s == pytest.approx(0.5)  # heard while still speaking
+    assert r.voice_to_voice_ms == pytest.approx(800.0)
+    d = r.as_dict()
+    assert (d["paused"], d["premature_end"], d["talked_over_s"]) == (True, True, 0.5)
+
+
+def test_a_paused_sentence_the_server_continued_is_one_turn() -> None:
+    tr = Tracker()
+    obs = tr.begin(TurnPlan(0, PAUSED, False, None))
+    tr.speech_onset(obs, 1.0)
+    tr.feed(SpeechHeard(1.2, 1))
+    tr.feed(TurnContinuedSeen(2.4, 1))  # an end of turn the speaker's going on undid
+    tr.speech_end(obs, 3.0)
+    tr.feed(ReplyAudio(3.7, 1, 16000, 16000, voiced=True))
+    r = result(obs, 0, origin_t=0.0)
+    assert r.premature_end is False and r.continued == 1 and r.talked_over_s == 0.0
+
+
+def test_twilio_cannot_tell_a_premature_end() -> None:
+    tr = Tracker()
+    obs = tr.begin(TurnPlan(0, PAUSED, False, None))
+    tr.speech_onset(obs, 1.0)
+    tr.speech_end(obs, 3.0)
+    r = result(obs, 0, origin_t=0.0, has_turn_ids=False)
+    assert r.paused and r.premature_end is None

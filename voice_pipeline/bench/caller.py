@@ -213,7 +213,10 @@ class Caller:
                 lambda: all(self.tracker.recorded(o) for o in self.tracker.turns if o.server_turn_ids),
                 loop.time() + self.options.record_grace_s,
             )
-            self.results = [result(o, self.plan.session, self._origin_t) for o in self.tracker.turns]
+            self.results = [
+                result(o, self.plan.session, self._origin_t, has_turn_ids=self._has_records)
+                for o in self.tracker.turns
+            ]
 
     async def _say(self, turn: TurnPlan, interrupting: bool) -> TurnObservation:
         """Speak ``turn``'s clip; returns once its speech has ended on the wire."""
@@ -253,7 +256,7 @@ class Caller:
         return not self._has_records or self.tracker.remaining(obs, now) >= self.options.min_overlap_s
 
     def _report(self, obs: TurnObservation) -> None:
-        res = result(obs, self.plan.session, self._origin_t)
+        res = result(obs, self.plan.session, self._origin_t, has_turn_ids=self._has_records)
         self.results = [r for r in self.results if r.index != res.index] + [res]
         self.results.sort(key=lambda r: r.index)
         self._on_turn(res)

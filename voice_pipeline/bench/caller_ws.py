@@ -27,6 +27,7 @@ from voice_pipeline.bench.tracker import (
     ReplyAudio,
     ReplyCut,
     SpeechHeard,
+    TurnContinuedSeen,
     TurnFailedReported,
     TurnRecorded,
     WireEvent,
@@ -151,6 +152,8 @@ class WebSocketCaller:
                     yield AudioCleared(t, int(tid))
                 elif kind == "turn.latency":
                     yield TurnRecorded(t, int(tid), dict(msg["record"]))
+                elif kind == "turn.continued":
+                    yield TurnContinuedSeen(t, int(tid))
                 elif kind == "reply.interrupted":
                     yield ReplyCut(t, int(tid), str(msg.get("reason", "")))
                 elif kind == "turn.failed":

@@ -90,6 +90,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="silence after a reply before the caller's next turn (default: %(default)s)",
     )
     p.add_argument(
+        "--pauses",
+        type=float,
+        nargs="?",
+        const=1.0,
+        default=0.0,
+        metavar="SHARE",
+        help="say this share of the questions as sentences with 0.4-1.2 s pauses inside, as people do "
+        "(Piper; with --wav-dir, recordings with pauses inside count), and report the premature "
+        "end-of-turn rate: turns that ended while the speaker had more to say (--pauses alone: every "
+        "question; default: none)",
+    )
+    p.add_argument(
         "--seed", type=int, default=1, metavar="N", help="seed of the script (default: %(default)s)"
     )
     p.add_argument(
@@ -161,6 +173,7 @@ def options(args: argparse.Namespace) -> BenchOptions:
         (args.turns >= 1, "--turns must be at least 1"),
         (0.0 <= args.interrupt_share <= 1.0, "--interrupt-share must be between 0 and 1"),
         (args.pause_s >= 0.0, "--pause-s must not be negative"),
+        (0.0 <= args.pauses <= 1.0, "--pauses must be between 0 and 1"),
         (args.max_sessions >= 1, "--max-sessions must be at least 1"),
         (args.reply_timeout_s > 0.0, "--reply-timeout-s must be positive"),
         (args.budget_ms is None or args.budget_ms > 0.0, "--budget-ms must be positive"),
@@ -176,6 +189,7 @@ def options(args: argparse.Namespace) -> BenchOptions:
         turns=args.turns,
         interrupt_share=args.interrupt_share,
         pause_s=args.pause_s,
+        pauses=args.pauses,
         seed=args.seed,
         wav_dir=args.wav_dir,
         ramp=args.ramp,
@@ -206,7 +220,7 @@ def execute(opts: BenchOptions, config: Path | None = None) -> BenchResult:
     given = wav_speech(wav_dir, rate, need_interruptions=opts.interrupt_share > 0) if wav_dir else None
 
     def speech() -> Speech:
-        return given if given is not None else piper_speech(cfg, rate, _stderr)
+        return given if given is not None else piper_speech(cfg, rate, _stderr, pauses=opts.pauses > 0)
 
     return asyncio.run(
         run_bench(opts, speech, _stderr, lambda t: _stderr(report.format_turn(t)), local_budget=cfg.budget)

@@ -17,6 +17,8 @@ class BenchOptions:
     turns: int = 5
     interrupt_share: float = 0.2
     pause_s: float = 1.0
+    #: share of the questions said as sentences with pauses inside (0..1)
+    pauses: float = 0.0
     seed: int = 1
     wav_dir: Path | None = None
     ramp: bool = False
@@ -35,6 +37,7 @@ class BenchOptions:
             "turns": self.turns,
             "interrupt_share": self.interrupt_share,
             "pause_s": self.pause_s,
+            "pauses": self.pauses,
             "seed": self.seed,
             "wav_dir": str(self.wav_dir) if self.wav_dir else None,
             "ramp": self.ramp,

@@ -9,6 +9,10 @@ Figures per step (one step, or one per ramp size):
 * ``server``: the ledger's stages from each turn's ``turn.latency`` record
   (/ws only; Twilio's protocol carries none).
 * ``cpu``: the server's process tree from ``/metrics`` scrapes.
+* ``turn_taking``: of the utterances said with pauses inside (``--pauses``), the share
+  the server cut into more than one turn (the premature end-of-turn rate), the ends of
+  turn continuation undid, the reply audio heard while the speaker was still talking,
+  and voice-to-voice of complete questions beside that of paused sentences.
 """
 
 from __future__ import annotations
@@ -57,6 +61,44 @@ def server_summary(step: StepResult, budgets: dict[str, float]) -> dict[str, Sum
         if s is not None:
             out[stage.name] = s
     return out
+
+
+def turn_taking_summary(step: StepResult, budgets: dict[str, float]) -> dict[str, Any] | None:
+    """How the server took turns: premature ends of turn, continuations (None: no turns)."""
+    turns = [t for t in step.turns if t.error is None]
+    if not turns:
+        return None
+    paused = [t for t in turns if t.paused]
+    judged = [t for t in paused if t.premature_end is not None]
+    early = sum(bool(t.premature_end) for t in judged)
+    questions = [t for t in turns if not t.paused and not t.interrupts_previous]
+
+    def v2v(ts: list[TurnResult]) -> dict[str, Any] | None:
+        s = summarize(
+            (t.voice_to_voice_ms for t in ts if t.voice_to_voice_ms is not None),
+            budgets.get("voice_to_voice"),
+        )
+        return None if s is None else s.as_dict()
+
+    over = summarize(t.talked_over_s * 1000 for t in paused)
+    rules: dict[str, int] = {}
+    for t in turns:
+        for rec in t.records:
+            eot = rec.get("end_of_turn")
+            if isinstance(eot, dict) and eot.get("rule"):
+                rules[str(eot["rule"])] = rules.get(str(eot["rule"]), 0) + 1
+    return {
+        "paused_turns": len(paused),
+        "premature_end_rate": round(early / len(judged), 3) if judged else None,
+        "premature_ends": early,
+        "continued": sum(t.continued for t in turns),
+        "talked_over_ms": None
+        if over is None
+        else {"p50": round(over.p50, 1), "max": round(max(t.talked_over_s for t in paused) * 1000, 1)},
+        "voice_to_voice_complete": v2v(questions),
+        "voice_to_voice_paused": v2v(paused),
+        "end_of_turn_rules": rules,
+    }
 
 
 def pipeline_summary(step: StepResult) -> dict[str, Any] | None:
@@ -146,6 +188,7 @@ def step_json(step: StepResult, budgets: dict[str, float]) -> dict[str, Any]:
             "client": {k: s.as_dict() for k, s in client_summary(step, budgets).items()},
             "server": {k: s.as_dict() for k, s in server_summary(step, budgets).items()},
             "pipeline": pipeline_summary(step),
+            "turn_taking": turn_taking_summary(step, budgets),
         },
         "over_budget": over_budget(step, budgets),
         "cpu": cpu.as_dict() if cpu else None,
@@ -303,6 +346,25 @@ def format_step(step: StepResult, budgets: dict[str, float]) -> list[str]:
         )
     if pipe is not None:
         lines.append(f"  turns that broke any budget: {pipe['turns_over_budget_share']:.0%}")
+    tt = data["summary"]["turn_taking"]
+    if tt is not None and tt["paused_turns"]:
+        rate = "n/a (no turn ids)" if tt["premature_end_rate"] is None else f"{tt['premature_end_rate']:.0%}"
+        over = tt["talked_over_ms"]
+        lines.append(
+            f"  turn-taking: {tt['paused_turns']} sentence(s) said with pauses: premature end of turn {rate} "
+            f"({tt['premature_ends']} cut into several turns); {tt['continued']} end(s) of turn undone by "
+            f"continuation; reply audio while still speaking p50 {over['p50']:.0f} ms, "
+            f"max {over['max']:.0f} ms"
+        )
+        for name, key in (
+            ("complete questions", "voice_to_voice_complete"),
+            ("paused sentences", "voice_to_voice_paused"),
+        ):
+            v = tt[key]
+            if v is not None:
+                lines.append(
+                    f"  voice-to-voice of {name}: p50 {v['p50']:.0f} ms, p95 {v['p95']:.0f} ms (n={v['n']})"
+                )
     over = data["over_budget"]
     if over:
         listed = ", ".join(f"{r['stage']} {r['share']:.0%} ({r['source']})" for r in over)
@@ -349,6 +411,10 @@ def format_turn(turn: TurnResult) -> str:
         parts.append(f"(server {rec['stages_ms']['voice_to_voice']:.0f} ms)")
     if turn.barge_in_stop_ms is not None:
         parts.append(f"barge-in stop {turn.barge_in_stop_ms:.0f} ms")
+    if turn.premature_end:
+        parts.append(f"ENDED EARLY: {len(turn.server_turn_ids)} server turns")
+    elif turn.continued:
+        parts.append(f"(continued {turn.continued}x)")
     if turn.error:
         parts.append(f"FAILED: {turn.error}")
     parts.append(repr(turn.text))

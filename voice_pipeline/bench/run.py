@@ -179,7 +179,7 @@ async def run_step(
     step = StepResult(
         sessions, interrupts_planned=interrupt_count(opts.interrupt_share, sessions, opts.turns)
     )
-    plans = plan_step(speech, sessions, opts.turns, opts.interrupt_share, opts.seed)
+    plans = plan_step(speech, sessions, opts.turns, opts.interrupt_share, opts.seed, opts.pauses)
     options = CallerOptions(pause_s=opts.pause_s, reply_timeout_s=opts.reply_timeout_s)
     origin = loop.time()
     callers = [
@@ -268,7 +268,9 @@ async def run_bench(
         budgets={s.name: float(getattr(BudgetConfig(), s.budget_key)) for s in STAGES},
         budget_source="defaults (no ready message yet)",
         health=h,
-        speech=[c.text for c in (*speech.questions, *speech.long_prompts, *speech.interruptions)],
+        speech=[
+            c.text for c in (*speech.questions, *speech.long_prompts, *speech.interruptions, *speech.paused)
+        ],
     )
     if opts.protocol == "twilio":
         result.budget_source = "the local latency_budget.yaml (Twilio's protocol does not carry the server's)"

@@ -63,10 +63,17 @@ class Clip:
     rate_hz: int
     onset: int
     end: int
+    #: where each pause inside the utterance begins (a sentence said with pauses; empty for
+    #: one said in one go): a turn that ends before ``end`` ended while the speaker had more to say
+    pauses_at: tuple[int, ...] = ()
 
     @property
     def duration_s(self) -> float:
         return len(self.samples) / self.rate_hz
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.pauses_at)
 
 
 def speech_span(samples: NDArray[np.float32], rate_hz: int) -> tuple[int, int] | None:
@@ -88,22 +95,26 @@ def speech_span(samples: NDArray[np.float32], rate_hz: int) -> tuple[int, int] |
     return int(loud[0]) * frame, end
 
 
-def make_clip(text: str, samples: NDArray[np.float32], rate_hz: int) -> Clip | None:
+def make_clip(
+    text: str, samples: NDArray[np.float32], rate_hz: int, pauses_at: tuple[int, ...] = ()
+) -> Clip | None:
     """A clip of ``samples`` (already at ``rate_hz``), or None if it holds no speech."""
     span = speech_span(samples, rate_hz)
     if span is None:
         return None
     pcm = np.ascontiguousarray(samples, dtype=np.float32)
-    return Clip(text, pcm, rate_hz, span[0], span[1])
+    return Clip(text, pcm, rate_hz, span[0], span[1], pauses_at)
 
 
 @dataclass(frozen=True, slots=True)
 class Speech:
-    """The clips a run speaks: questions, long-answer prompts, interruptions."""
+    """The clips a run speaks: questions, long-answer prompts, interruptions, and sentences
+    said with pauses inside (``--pauses``)."""
 
     questions: tuple[Clip, ...]
     long_prompts: tuple[Clip, ...]
     interruptions: tuple[Clip, ...]
+    paused: tuple[Clip, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +141,22 @@ def interrupt_count(share: float, sessions: int, turns: int) -> int:
 
 
 def plan_step(
-    speech: Speech, sessions: int, turns: int, interrupt_share: float, seed: int
+    speech: Speech, sessions: int, turns: int, interrupt_share: float, seed: int, pauses: float = 0.0
 ) -> list[SessionPlan]:
-    """Every caller's script for one run of ``sessions`` x ``turns``; the same seed gives the same plan."""
+    """Every caller's script for one run of ``sessions`` x ``turns``; the same seed gives the same plan.
+
+    ``pauses``: the share of the questions that are sentences said with pauses inside
+    (``round(pauses x questions)`` of them, chosen by the seed; none without ``speech.paused``)."""
     rng = random.Random(seed * 1_000_003 + sessions)
     eligible = [(s, t) for s in range(sessions) for t in range(turns - 1)]
     cut = set(rng.sample(eligible, interrupt_count(interrupt_share, sessions, turns)))
+    plain = [
+        (s, t) for s in range(sessions) for t in range(turns) if (s, t) not in cut and (s, t - 1) not in cut
+    ]
+    wanted = round(pauses * len(plain) + 1e-9) if speech.paused else 0
+    said_paused = set(rng.sample(plain, min(wanted, len(plain))))
+    paused = list(speech.paused)
+    rng.shuffle(paused)
     plans = []
     for s in range(sessions):
         order = list(speech.questions)
@@ -149,6 +170,8 @@ def plan_step(
                 clip = rng.choice(speech.interruptions)
             elif after and speech.long_prompts:
                 clip = rng.choice(speech.long_prompts)
+            elif (s, t) in said_paused:
+                clip = paused[(s * turns + t) % len(paused)]
             else:
                 clip = order[t % len(order)]
             delay = round(rng.uniform(*INTERRUPT_DELAY_S), 3) if after else None

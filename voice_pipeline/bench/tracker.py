@@ -13,6 +13,10 @@ client-side figures:
 * barge-in stop: onset of the interrupting speech -> the later of the last
   reply audio received for the interrupted turn and its ``audio.clear``
   (``clear`` on Twilio), after which nothing more of it can be heard.
+* a premature end of turn: the server made more than one turn of one utterance
+  (it answered a fragment of a sentence said with pauses); ends of turn that
+  continuation undid (``turn.continued``) are counted apart, and so is the reply
+  audio that arrived while the utterance was still being spoken.
 
 Reply audio is attributed by ``turn_id`` where the protocol has one (/ws);
 otherwise (Twilio) to the latest turn whose speech had ended when it arrived.
@@ -65,6 +69,14 @@ class ReplyCut:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnContinuedSeen:
+    """/ws ``turn.continued``: the server ended the turn, then heard the speaker go on."""
+
+    t: float
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnFailedReported:
     t: float
     turn_id: int
@@ -72,7 +84,9 @@ class TurnFailedReported:
     message: str
 
 
-WireEvent = ReplyAudio | SpeechHeard | AudioCleared | TurnRecorded | ReplyCut | TurnFailedReported
+WireEvent = (
+    ReplyAudio | SpeechHeard | AudioCleared | TurnRecorded | ReplyCut | TurnFailedReported | TurnContinuedSeen
+)
 
 
 @dataclass(slots=True)
@@ -93,6 +107,8 @@ class TurnObservation:
     interrupted_at_t: float | None = None  # onset of the speech that interrupted this reply
     interrupt_skipped: str | None = None
     error: str | None = None
+    continued: int = 0  # turn.continued: an end of turn the speaker's going on undid
+    talked_over_s: float = 0.0  # reply audio that arrived while this utterance was being spoken
 
 
 class Tracker:
@@ -131,6 +147,8 @@ class Tracker:
                     return
                 if obs.first_audio_t is None:
                     obs.first_audio_t = t
+                if obs.onset_t is not None and (obs.end_t is None or t < obs.end_t):
+                    obs.talked_over_s += n / rate
                 if voiced and obs.first_voiced_t is None and obs.end_t is not None and t >= obs.end_t:
                     obs.first_voiced_t = t
                 obs.last_audio_t = t
@@ -149,6 +167,10 @@ class Tracker:
                 obs = self._by_tid.get(tid)
                 if obs is not None:
                     obs.cut_reasons.append(reason)
+            case TurnContinuedSeen(turn_id=tid):
+                obs = self._by_tid.get(tid)
+                if obs is not None:
+                    obs.continued += 1
             case TurnFailedReported(turn_id=tid, stage=stage, message=message):
                 obs = self._by_tid.get(tid)
                 if obs is not None:
@@ -202,6 +224,15 @@ class TurnResult:
     server_interrupted: bool | None  # from the ledger records (None: no record)
     records: tuple[dict[str, Any], ...]
     error: str | None
+    #: said with pauses inside (a sentence of --pauses, or a recording with inner silences)
+    paused: bool = False
+    #: the server made more than one turn of this utterance: a turn ended while the speaker
+    #: had more to say (None: the protocol has no turn ids, Twilio)
+    premature_end: bool | None = None
+    #: ends of turn inside the utterance that continuation undid (turn.continued)
+    continued: int = 0
+    #: reply audio received while the utterance was still being spoken (its pauses included)
+    talked_over_s: float = 0.0
 
     @property
     def record(self) -> dict[str, Any] | None:
@@ -231,11 +262,16 @@ class TurnResult:
             "server_interrupted": self.server_interrupted,
             "records": list(self.records),
             "error": self.error,
+            "paused": self.paused,
+            "premature_end": self.premature_end,
+            "continued": self.continued,
+            "talked_over_s": round(self.talked_over_s, 3),
         }
 
 
-def result(obs: TurnObservation, session: int, origin_t: float) -> TurnResult:
-    """The figures of ``obs``; times on a timeline that starts at ``origin_t``."""
+def result(obs: TurnObservation, session: int, origin_t: float, *, has_turn_ids: bool = True) -> TurnResult:
+    """The figures of ``obs``; times on a timeline that starts at ``origin_t``.
+    ``has_turn_ids``: the protocol names the server's turns (/ws; not Twilio)."""
 
     def at(t: float | None) -> float | None:
         return None if t is None else t - origin_t
@@ -275,4 +311,8 @@ def result(obs: TurnObservation, session: int, origin_t: float) -> TurnResult:
         server_interrupted=interrupted,
         records=records,
         error=error,
+        paused=obs.plan.clip.paused,
+        premature_end=(len(obs.server_turn_ids) > 1) if has_turn_ids and obs.server_turn_ids else None,
+        continued=obs.continued,
+        talked_over_s=obs.talked_over_s,
     )
