@@ -14,7 +14,7 @@ import pytest
 from test_server_protocol import record
 
 from voice_pipeline import events as ev
-from voice_pipeline.ledger import BudgetBreach
+from voice_pipeline.ledger import BudgetBreach, EndOfTurnRecord
 from voice_pipeline.server.metrics import ProcessStats, ProcessTree, ServerMetrics, parse_proc_stat
 
 SAMPLE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+Inf-]+$')
@@ -84,6 +84,23 @@ def test_turn_records_feed_turns_barge_ins_budgets_and_histograms() -> None:
     assert v[f'{h}_bucket{{stage="voice_to_voice",le="1.5"}}'] == 2
     assert v[f'{h}_bucket{{stage="voice_to_voice",le="+Inf"}}'] == 2
     assert v[f'{h}_count{{stage="barge_in_stop"}}'] == 0  # every stage is listed from the start
+
+
+def test_end_of_turn_rules_and_continuations_are_counted() -> None:
+    m = ServerMetrics()
+    base = record()
+    for rule in ("complete", "complete", "incomplete", "max_turn"):
+        eot = EndOfTurnRecord(rule=rule, silence_ms=300.0, wait_ms=250.0, p_complete=0.9, cue="neutral")
+        m.observe(ev.TurnCompleted(1, 0, dataclasses.replace(base, end_of_turn=eot)))
+    m.observe(ev.TurnCompleted(2, 0, base))  # no end of turn (never ended on its own)
+    m.observe(ev.TurnContinued(3, 0))
+    m.observe(ev.TurnContinued(3, 0))
+    v = values(m.render())
+    assert v['voice_pipeline_end_of_turn_total{rule="complete"}'] == 2
+    assert v['voice_pipeline_end_of_turn_total{rule="incomplete"}'] == 1
+    assert v['voice_pipeline_end_of_turn_total{rule="max_turn"}'] == 1
+    assert v["voice_pipeline_continuations_total"] == 2
+    assert v["voice_pipeline_turns_total"] == 5
 
 
 def test_buckets_are_cumulative() -> None:

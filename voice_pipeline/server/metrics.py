@@ -181,6 +181,10 @@ class ServerMetrics:
     barge_ins: int = 0
     false_interruptions: int = 0
     turn_failures: int = 0
+    #: user turns ended, by the end-of-turn rule that ended them (vad.end_of_turn.Rule)
+    end_of_turn: dict[str, int] = field(default_factory=dict)
+    #: ends of turn undone because the user went on before hearing the reply
+    continuations: int = 0
     budget_violations: dict[str, int] = field(default_factory=dict)
     stage_latency: dict[str, Histogram] = field(default_factory=lambda: {s.name: Histogram() for s in STAGES})
     #: per stage: over budget or not, for its last ``budget_window`` measurements
@@ -205,6 +209,9 @@ class ServerMetrics:
                 self.turns += 1
                 self.barge_ins += record.interrupted
                 self.false_interruptions += record.false_interruptions
+                if record.end_of_turn is not None:
+                    rule = record.end_of_turn.rule
+                    self.end_of_turn[rule] = self.end_of_turn.get(rule, 0) + 1
                 for stage, ms in record.stages_ms.items():
                     self.stage_latency.setdefault(stage, Histogram()).observe(ms / 1000)
                 for breach in record.budgets_broken:
@@ -215,6 +222,8 @@ class ServerMetrics:
                     window.append(stage in broken)
             case ev.TurnFailed():
                 self.turn_failures += 1
+            case ev.TurnContinued():
+                self.continuations += 1
             case _:
                 pass
 
@@ -243,6 +252,19 @@ class ServerMetrics:
             [("", self.false_interruptions)],
         )
         metric("turn_failures_total", "counter", "Turns in which a stage failed.", [("", self.turn_failures)])
+        metric(
+            "end_of_turn_total",
+            "counter",
+            "User turns ended, by the rule that ended them (complete, unsure, no_verdict, incomplete, "
+            "silence, max_turn, push_to_talk).",
+            [(f'{{rule="{_label(r)}"}}', n) for r, n in sorted(self.end_of_turn.items())],
+        )
+        metric(
+            "continuations_total",
+            "counter",
+            "Ends of turn undone: the user went on speaking before hearing the reply.",
+            [("", self.continuations)],
+        )
         metric(
             "budget_violations_total",
             "counter",
