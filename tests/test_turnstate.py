@@ -345,6 +345,29 @@ CASES = [
         ],
     ),
     Case(
+        "speech within the grace continues the turn before the tracker would pause it",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("#"), [], {1: AU}),
+            (Frames("#"), [ContinueTurn(1, 5 * F)], {1: L}),  # the pause needs 5 voiced frames here
+        ],
+        make=lambda: machine(barge=BargeInConfig(min_speech_ms=160, confirm_speech_ms=320)),
+    ),
+    Case(
+        "a reply that ends while paused (its task failed, or was closed) is done",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (Frames("##"), [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1)], {1: PA, 2: L}),
+            (Finished(1), [], {2: L}),
+            (Frames("."), [Speculate(2, 11 * F)], {2: MF}),
+        ],
+    ),
+    Case(
         "speech after the grace is a barge-in: paused at once, confirmed by its words",
         [
             *ASK,
@@ -630,3 +653,19 @@ def test_audible_is_the_latest_reply_the_listener_hears() -> None:
     d.apply(Frames("...."))
     d.apply(Frames("##"))
     assert d.m.audible == 1 and d.m.spoken_over(2) == 1
+
+
+def test_the_scripts_take_every_transition_of_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken: set[tuple[Phase, Step]] = set()
+    move = TurnMachine._move
+
+    def recording(self: TurnMachine, t: _Turn, step: Step) -> None:
+        taken.add((t.phase, step))
+        move(self, t, step)
+
+    monkeypatch.setattr(TurnMachine, "_move", recording)
+    for case in CASES:
+        d = Driver(case.make())
+        for step, _, _ in case.script:
+            d.apply(step)
+    assert taken == set(TRANSITIONS), f"not exercised: {set(TRANSITIONS) - taken}"
