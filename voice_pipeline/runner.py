@@ -3,8 +3,10 @@
 The input is fed in ``audio.frame_ms`` chunks, in real time by default (each
 chunk is pushed at the moment its last sample would have been captured), or
 as fast as the pipeline takes it with ``fast=True`` (feeding then pauses while a
-reply is produced, so the output timeline is compressed: use real time to check
-latencies on it).
+reply is produced, and while the evidence of a pause -- its speculative
+transcript, the turn model -- is computed, so the output timeline is compressed:
+use real time to check latencies on it). Fast mode cannot continue a turn: the
+input waits for each reply, so speech after an end of turn is always a new turn.
 
 The output is what a listener would have heard, on the input's timeline, at
 the reply audio's rate: each reply chunk starts playing at the later of the
@@ -204,6 +206,7 @@ async def run_audio(
                 chunk = chunk + room.echo(fed - frame, fed)
             await session.push_audio(chunk, t_ns)
             if not realtime:
+                await session.wait_evidence()  # the models' answers take no media time either
                 await session.wait_idle_reply()
             if fed >= len(audio) and not session.busy:
                 break

@@ -357,6 +357,13 @@ class Session:
         """Return once no reply is in progress."""
         await self._no_reply.wait()
 
+    async def wait_evidence(self) -> None:
+        """Return once the evidence of every pause being decided has come back (a driver
+        that feeds input faster than real time waits here, so that the end-of-turn policy
+        decides as if the models answered at once)."""
+        for turn in list(self._turns.values()):
+            await turn.utterance.evidence_settled()
+
     def unfinished_tasks(self) -> int:
         return len(self._tasks)
 

@@ -123,6 +123,12 @@ class Utterance:
         self.drop_prefetch()
         self.drop_evidence()
 
+    async def evidence_settled(self) -> None:
+        """Return once the evidence of the current pause (if any) has come back."""
+        pending = [t for t in self._evidence if not t.done()]
+        if pending:
+            await asyncio.wait(pending)
+
     def drop_evidence(self) -> None:
         for task in self._evidence:
             task.cancel()
