@@ -108,6 +108,7 @@ from numpy.typing import NDArray
 from asr.base import Transcription
 from voice_pipeline.errors import (
     AudioInputError,
+    ClosedError,
     ConfigError,
     EngineError,
     MissingPackageError,
@@ -283,7 +284,7 @@ class FasterWhisperASR:
     def _live_model(self) -> Any:
         model = self._model
         if model is None:
-            raise EngineError("FasterWhisperASR is closed", retryable=False)
+            raise ClosedError("FasterWhisperASR")
         return model
 
     def close(self) -> None:

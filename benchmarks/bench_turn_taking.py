@@ -102,6 +102,11 @@ async def main() -> None:
     ap.add_argument("--voices", default="en-us+f3,en-us+m3,en-gb+m1", help="espeak-ng voices")
     ap.add_argument("--modes", default="old,new")
     ap.add_argument("--questions", type=int, default=2, help="repeats of each complete question per voice")
+    ap.add_argument(
+        "--question-voices",
+        default="en-us+f3,en-gb+m1",
+        help="voices of the complete questions (same in every mode)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     pauses = [float(p) for p in args.pauses.split(",")]
@@ -150,7 +155,7 @@ async def main() -> None:
                         flush=True,
                     )
         v2v: list[float] = []
-        for voice in voices:
+        for voice in args.question_voices.split(","):
             for q in COMPLETE_QUESTIONS:
                 for _ in range(args.questions):
                     out = await run_one(engines, cfg, espeak(q, voice=voice))

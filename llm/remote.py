@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth
 from voice_pipeline.config import LLMConfig
-from voice_pipeline.errors import ConfigError, EngineError
+from voice_pipeline.errors import ClosedError, ConfigError, EngineError
 
 if TYPE_CHECKING:
     import httpx
@@ -225,7 +225,7 @@ class RemoteVLLM:
 
     def _require_open(self) -> None:
         if self._closed:
-            raise EngineError("the remote LLM client is closed", retryable=False)
+            raise ClosedError("the remote LLM client")
 
     async def _model_name(self) -> str:
         """``cfg.remote_model``, else the server's first model (asked once)."""

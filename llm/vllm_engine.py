@@ -38,7 +38,7 @@ from typing import Any
 
 from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth
 from voice_pipeline.config import LLMConfig
-from voice_pipeline.errors import EngineError, MissingPackageError, ModelError
+from voice_pipeline.errors import ClosedError, EngineError, MissingPackageError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class VLLMEngine:
 
     def _require_open(self) -> Any:
         if self._closed:
-            raise EngineError("the vLLM engine is closed", retryable=False)
+            raise ClosedError("the vLLM engine")
         if self._engine.errored:
             raise EngineError("the vLLM engine process died", retryable=False)
         return self._engine

@@ -49,7 +49,7 @@ from voice_pipeline.clock import ms_to_ns, now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.echo import EchoGate
 from voice_pipeline.engines import Engines
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import ClosedError
 from voice_pipeline.history import History
 from voice_pipeline.inputbuf import InputHistory
 from voice_pipeline.ledger import Mark, SessionLedger, TurnRecord
@@ -146,7 +146,7 @@ class Session:
     async def push_audio(self, samples: NDArray[np.float32], t_ns: int | None = None) -> None:
         """Feed mono float32 input at ``rate_hz``; ``t_ns`` = when its last sample was captured."""
         if self._closed:
-            raise VoicePipelineError("session is closed")
+            raise ClosedError("the session")
         if not self._phrases_prepared:
             self._prepare_phrases()
         samples = finite_audio(samples)  # one NaN would corrupt the VAD's recurrent state

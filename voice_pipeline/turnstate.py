@@ -60,7 +60,7 @@ from voice_pipeline.bargein import (
 )
 from voice_pipeline.bargein import PauseReply as TrackerPause
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import LocalProtocolError
 from voice_pipeline.turnevents import (
     Answer,
     BeginTurn,
@@ -141,7 +141,7 @@ _STOPPED_BY = {
 }
 
 
-class TurnStateError(VoicePipelineError):
+class TurnStateError(LocalProtocolError):
     """A transition not in :data:`TRANSITIONS` was attempted: a bug, not bad input."""
 
 

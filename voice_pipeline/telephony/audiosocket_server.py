@@ -46,9 +46,9 @@ from voice_pipeline.telephony.audiosocket import (
     AudioSocketParser,
     CallIdentified,
     DtmfReceived,
+    ErrorReceived,
     HungUp,
     Kind,
-    PeerError,
     frame,
 )
 
@@ -319,7 +319,7 @@ class AudioSocketServer:
                         case HungUp():
                             log.info("audiosocket call %s: hangup", parser.call_id)
                             return
-                        case PeerError(code=code):
+                        case ErrorReceived(code=code):
                             log.warning("audiosocket call %s: error frame (code %s)", parser.call_id, code)
                             return
         finally:
