@@ -53,7 +53,7 @@ words here and there, in both directions; on these sets the fast one was slightl
 better, not worse.
 
 Decode options of the full path (faster-whisper's ``transcribe``), and why (figures
-from /work/shared/MEASURED.md and this module's tests):
+measured on the project's 2-core machines, and this module's tests):
 
 ``beam_size=cfg.beam_size`` (1)
     Greedy by default. Beam 5 doubled the decode time (1.0 s vs 0.5 s on a 2.6 s

@@ -21,9 +21,6 @@ if TYPE_CHECKING:
     from voice_pipeline.engines import Engines
     from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 
-# Nothing may download weights at run time.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 EXAMPLE = "example_questions.wav"
 
@@ -372,7 +369,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def _offline() -> None:
+    """Nothing may download weights at run time (Hugging Face libraries read these)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _offline()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
