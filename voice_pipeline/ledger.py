@@ -169,6 +169,11 @@ class TurnRecord:
     compute_ms: dict[str, float] = field(default_factory=dict)
     #: voice_to_voice minus the union of the compute spans (ms); None without voice_to_voice
     overhead_ms: float | None = None
+    #: the reply's LLM request, as its engine reported it (None: not known): prompt tokens,
+    #: how many of them came from the prefix cache, and request -> first token (ms)
+    llm_prompt_tokens: int | None = None
+    llm_cached_tokens: int | None = None
+    llm_prefill_ms: float | None = None
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
         marks = (
@@ -187,7 +192,12 @@ class TurnRecord:
                 for b in self.budgets_broken
             ],
             "asr": {"decode_ms": round(self.asr_decode_ms, 1), "speculative": self.asr_speculative},
-            "llm": {"prefetched": self.llm_prefetched},
+            "llm": {
+                "prefetched": self.llm_prefetched,
+                "prompt_tokens": self.llm_prompt_tokens,
+                "cached_tokens": self.llm_cached_tokens,
+                "prefill_ms": None if self.llm_prefill_ms is None else round(self.llm_prefill_ms, 1),
+            },
             "false_interruptions": self.false_interruptions,
             "interruption": self.interruption,
             "failed": self.failed,
@@ -223,6 +233,18 @@ class TurnLedger:
         self.interruption: str | None = None
         self.llm_prefetched = False
         self.failed: str | None = None
+        self.llm_prompt_tokens: int | None = None
+        self.llm_cached_tokens: int | None = None
+        self.llm_prefill_ms: float | None = None
+
+    def llm_request(
+        self, prompt_tokens: int | None, cached_tokens: int | None, prefill_ms: float | None
+    ) -> None:
+        """How the reply's LLM request was served (from its first delta); the first call wins."""
+        if self.llm_prompt_tokens is None and self.llm_prefill_ms is None:
+            self.llm_prompt_tokens = prompt_tokens
+            self.llm_cached_tokens = cached_tokens
+            self.llm_prefill_ms = prefill_ms
 
     def mark(self, mark: Mark, t_ns: int) -> list[BudgetBreach]:
         """Record ``mark`` at ``t_ns``; return the budgets broken by stages it ends."""
@@ -296,6 +318,9 @@ class TurnLedger:
             filler_ms=None if speech_end is None or filler is None else (filler - speech_end) / 1e6,
             compute_ms={} if path is None else path[0],
             overhead_ms=None if path is None else path[1],
+            llm_prompt_tokens=self.llm_prompt_tokens,
+            llm_cached_tokens=self.llm_cached_tokens,
+            llm_prefill_ms=self.llm_prefill_ms,
         )
 
 

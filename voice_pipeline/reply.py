@@ -231,6 +231,9 @@ class Reply:
         self.text = ""
         self.clauses: list[SpokenClause] = []  # the reply's own words, as spoken
         self.llm_tokens = 0
+        #: the LLM request's first delta, which says how the prompt was served (prompt and
+        #: cached tokens, prefill ms); the session copies it into the ledger (llm_request)
+        self.llm_first: LLMDelta | None = None
         self.audio_synthesized_s = 0.0
         self.request_id = f"reply-{id(self)}-{turn_id}"
         #: "llm" or "tts" once a stage of this reply has raised
@@ -326,6 +329,8 @@ class Reply:
             async with contextlib.aclosing(stream):  # closing aborts the engine's request
                 async for delta in stream:
                     self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
+                    if self.llm_first is None:
+                        self.llm_first = delta
                     self.llm_tokens += delta.num_tokens
                     self.text += delta.text
                     self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
