@@ -71,7 +71,7 @@ async def main() -> None:
         cfg, prepare_models(cfg, progress=lambda m: None), lambda m: print(m, file=sys.stderr)
     )
     clips = {q: espeak(q) for q in QUESTIONS}
-    await engines.warm_up()
+    await engines.warm_up(cfg.llm.system_prompt)
     # warm-up turn, not counted (first-call allocations in every engine)
     await run_audio(engines, cfg, np.concatenate([np.zeros(8000, np.float32), clips[QUESTIONS[0]]]), 16000)
     ledger = SessionLedger(cfg.budget)

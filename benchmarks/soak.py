@@ -267,7 +267,7 @@ async def real_soak(args: argparse.Namespace) -> list[Sample]:
 
     cfg = load_config(None)
     engines = Engines.load(cfg, prepare_models(cfg, progress=print), progress=print)
-    await engines.warm_up()
+    await engines.warm_up(cfg.llm.system_prompt)
     try:
         return await soak(
             args.minutes,

@@ -34,7 +34,9 @@ class LLMDelta:
     """New text of a streamed reply and how many tokens produced it.
 
     The first delta of a request also says how its prompt was served (None on later
-    deltas, and where the engine does not report it).
+    deltas, and where the engine does not report it). An engine that learns the cached
+    count only at the end (a vLLM server puts it in its final usage chunk) repeats the
+    first delta's figures with it then, on a delta with no text and no tokens.
     """
 
     text: str

@@ -25,6 +25,7 @@ wait is tried for real, and its first token makes :meth:`RemoteVLLM.health` ok.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -153,6 +154,7 @@ class RemoteVLLM:
                 retryable=True,
             )
         counted = 0
+        first = LLMDelta("", 0)
         sent_ns = time.monotonic_ns()
         answered = False  # a token arrived: the server works
         complete = False  # [DONE] or a finish_reason: the stream was not cut
@@ -195,15 +197,21 @@ class RemoteVLLM:
                         if not answered:
                             answered = True
                             self._health.succeeded()
-                            yield LLMDelta(
+                            first = LLMDelta(
                                 event.text,
                                 num,
                                 prompt_tokens=event.prompt_tokens,
                                 cached_tokens=event.cached_tokens,
                                 prefill_ms=(time.monotonic_ns() - sent_ns) / 1e6,
                             )
+                            yield first
                         else:
                             yield LLMDelta(event.text, num)
+                    elif answered and event.cached_tokens is not None and first.cached_tokens is None:
+                        # vLLM streams the cached count only in its final usage chunk: say it
+                        # then, on a delta with no text and no tokens (see LLMDelta)
+                        cached = event.cached_tokens
+                        yield dataclasses.replace(first, text="", num_tokens=0, cached_tokens=cached)
             if not complete and request_id not in self._aborted and not self._closed:
                 raise EngineError(f"LLM server at {url}: the stream ended before [DONE]", retryable=True)
         except (httpx.HTTPError, httpx.StreamError) as exc:

@@ -109,7 +109,7 @@ class VLLMEngine:
         args = AsyncEngineArgs(
             model=str(model_dir),
             dtype=cfg.dtype,
-            block_size=cfg.kv_block_tokens,  # type: ignore[arg-type]  # vLLM's BlockSize literal
+            block_size=cfg.kv_block_tokens,
             enforce_eager=True,
             distributed_executor_backend="uni",
             max_model_len=cfg.max_model_len,

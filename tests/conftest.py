@@ -76,12 +76,16 @@ def vllm_engine(config: Config, model_paths: ModelPaths) -> LLM:
 
 
 @pytest.fixture(scope="session")
-async def engines(silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TTS) -> Engines:
-    """All real engines together, warmed up once."""
+async def engines(
+    config: Config, silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TTS
+) -> Engines:
+    """All real engines together, warmed up once (with the settings chosen for this machine)."""
     from voice_pipeline.engines import Engines
+    from voice_pipeline.machine import choose, this_cpu
 
-    engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper)
-    await engines.warm_up()
+    tuning = choose(this_cpu(), config.llm, config.asr)
+    engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper, tuning=tuning)
+    await engines.warm_up(config.llm.system_prompt)
     return engines
 
 

@@ -30,6 +30,7 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.cli import _server_config, build_parser
 from voice_pipeline.config import Config, ServerConfig, load_config
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.machine import this_cpu
 from voice_pipeline.server.app import exposure_warnings
 
 EXE = [sys.executable, "-m", "voice_pipeline.cli"]
@@ -207,6 +208,9 @@ async def test_serve_until_a_signal_then_close_sessions_and_exit(fake_llm: str, 
         assert await asyncio.wait_for(proc.wait(), 60) == 0
         err = (await proc.stderr.read()).decode()
         assert "warmed up" in err and "closing 1 session(s)" in err and err.rstrip().endswith("stopped")
+        # one line at start says what was chosen for this machine, and why
+        (chosen,) = [line for line in err.splitlines() if line.startswith("machine: ")]
+        assert chosen.startswith(f"machine: {this_cpu().label}; asr.cpu_threads=") and "(" in chosen
         assert "Traceback" not in err
     finally:
         if proc.returncode is None:

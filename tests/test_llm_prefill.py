@@ -6,8 +6,8 @@ import pytest
 
 from llm.base import ChatMessage, PrefillOutcome, PrefillResult
 from llm.prefill import (
-    Prefix,
     PrefillPlanner,
+    Prefix,
     SkipPrefill,
     SkipReason,
     StartPrefill,
@@ -97,7 +97,9 @@ def test_busy_session_does_not_prefill() -> None:
         ("How many days are there in a week, and how many hours are in a day, and minutes?", 128, False),
     ],
 )
-def test_a_partial_is_prefilled_only_when_it_adds_a_whole_block(partial: str, block: int, starts: bool) -> None:
+def test_a_partial_is_prefilled_only_when_it_adds_a_whole_block(
+    partial: str, block: int, starts: bool
+) -> None:
     planner = PrefillPlanner(block_tokens=block)
     first = planner.want(prefix(), idle=True)
     if isinstance(first, StartPrefill):

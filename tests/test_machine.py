@@ -22,6 +22,7 @@ def cpuinfo(model: str, flags: str, processors: int = 2) -> str:
     return "".join(block.format(n=n) for n in range(processors))
 
 
+EPYC_INFO = cpuinfo("AMD EPYC", EPYC_BF16)
 ARM_BF16 = "processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd evtstrm aes sve bf16 i8mm\n"
 ARM_PLAIN = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes crc32\n"
 
@@ -40,10 +41,10 @@ ARM_PLAIN = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes
         (ARM_PLAIN, "aarch64", {}, CPUClass.ARM, False),
         # emulation: oneDNN capped below the CPU's own class
         (cpuinfo("AMD EPYC", EPYC_BF16), "x86_64", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, CPUClass.AVX2, False),
-        (cpuinfo("AMD EPYC", EPYC_BF16), "x86_64", {"DNNL_MAX_CPU_ISA": "avx512_core"}, CPUClass.AVX512, False),
+        (EPYC_INFO, "x86_64", {"DNNL_MAX_CPU_ISA": "avx512_core"}, CPUClass.AVX512, False),
         # a cap at or above the CPU's class, or one oneDNN does not know, changes nothing
         (cpuinfo("AMD EPYC", EPYC_AVX2), "x86_64", {"ONEDNN_MAX_CPU_ISA": "ALL"}, CPUClass.AVX2, False),
-        (cpuinfo("AMD EPYC", EPYC_BF16), "x86_64", {"ONEDNN_MAX_CPU_ISA": "nonsense"}, CPUClass.AVX512_BF16, True),
+        (EPYC_INFO, "x86_64", {"ONEDNN_MAX_CPU_ISA": "nonsense"}, CPUClass.AVX512_BF16, True),
     ],
 )
 def test_cpu_class(text: str, machine: str, env: dict[str, str], klass: CPUClass, bf16: bool) -> None:
@@ -57,7 +58,9 @@ def test_labels_name_the_class_the_cores_and_any_emulation() -> None:
     assert real.label == "AVX2, 2 cores (AMD EPYC)"
     assert real.emulation is None and real.native_class is None
     emulated = parse_cpu(cpuinfo("AMD EPYC", EPYC_BF16), 2, {"ONEDNN_MAX_CPU_ISA": "AVX2"})
-    assert emulated.label == "AVX2, emulated on an AVX-512 BF16 CPU (ONEDNN_MAX_CPU_ISA=AVX2), 2 cores (AMD EPYC)"
+    assert emulated.label == (
+        "AVX2, emulated on an AVX-512 BF16 CPU (ONEDNN_MAX_CPU_ISA=AVX2), 2 cores (AMD EPYC)"
+    )
     assert emulated.as_dict()["class"] == "AVX2" and emulated.as_dict()["native_class"] == "AVX-512 BF16"
     assert parse_cpu(cpuinfo("AMD EPYC", EPYC_BF16), 1, {}).label.endswith("1 core (AMD EPYC)")
 
@@ -88,7 +91,8 @@ def test_auto_choices(
     flags: str, cores: int, dtype: str, llm_threads: int, asr_threads: int, block: int
 ) -> None:
     t = choose(_cpu(flags, cores), AUTO_LLM, AUTO_ASR)
-    assert (t.dtype, t.llm_threads, t.asr_threads, t.kv_block_tokens) == (dtype, llm_threads, asr_threads, block)
+    got = (t.dtype, t.llm_threads, t.asr_threads, t.kv_block_tokens)
+    assert got == (dtype, llm_threads, asr_threads, block)
     assert all(c.source is Source.MACHINE and c.reason for c in t.choices)
     resolved = t.llm(AUTO_LLM)
     assert (resolved.dtype, resolved.threads, resolved.kv_block_tokens) == (dtype, llm_threads, block)

@@ -264,7 +264,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         try:
-            await engines.warm_up()
+            t0 = time.monotonic()
+            _stderr("warming up the engines ...")
+            await engines.warm_up(cfg.llm.system_prompt)
+            _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
             echo = EchoPath(args.echo_db, args.echo_delay_ms) if args.echo_db is not None else None
             result = await run_audio(engines, cfg, raw, in_rate, realtime=not args.fast, echo=echo)
         finally:
@@ -336,7 +339,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             t0 = time.monotonic()
             _stderr("warming up the engines ...")
-            await engines.warm_up()
+            await engines.warm_up(cfg.llm.system_prompt)
             _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
             server = VoiceServer(engines, cfg)
             try:

@@ -36,6 +36,7 @@ import enum
 import functools
 import os
 import platform
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from voice_pipeline.config import ASRConfig, LLMConfig
 
 CPUINFO = Path("/proc/cpuinfo")
+Dtype = typing.Literal["auto", "bfloat16", "float32", "float16"]
 
 
 class CPUClass(enum.StrEnum):
@@ -220,9 +222,12 @@ class Tuning:
     asr_threads: int
     kv_block_tokens: int
     choices: tuple[Choice, ...]
+    #: "vllm" (in process: the llm values are used) or "remote" (they are not)
+    llm_engine: str = "vllm"
 
     def llm(self, cfg: LLMConfig) -> LLMConfig:
-        return replace(cfg, dtype=self.dtype, threads=self.llm_threads, kv_block_tokens=self.kv_block_tokens)
+        dtype = typing.cast(Dtype, self.dtype)
+        return replace(cfg, dtype=dtype, threads=self.llm_threads, kv_block_tokens=self.kv_block_tokens)
 
     def asr(self, cfg: ASRConfig) -> ASRConfig:
         return replace(cfg, cpu_threads=self.asr_threads)
@@ -230,15 +235,27 @@ class Tuning:
     def summary(self) -> str:
         """The one line logged at start."""
         parts = [f"{c.key}={c.value} ({c.reason})" for c in self.choices]
+        if self.llm_engine != "vllm":
+            parts.append(f"llm: {self.llm_engine} server (its own settings)")
         return f"machine: {self.cpu.label}; " + "; ".join(parts)
 
+    def settings_label(self) -> str:
+        """``bfloat16, 1 LLM thread, KV blocks of 32 tokens, 2 ASR threads`` (beside figures)."""
+        asr = f"{self.asr_threads} ASR thread{'s' * (self.asr_threads != 1)}"
+        if self.llm_engine != "vllm":
+            return f"LLM on a {self.llm_engine} server, {asr}"
+        threads = f"{self.llm_threads} LLM thread{'s' * (self.llm_threads != 1)}"
+        return f"{self.dtype}, {threads}, KV blocks of {self.kv_block_tokens} tokens, {asr}"
+
     def as_dict(self) -> dict[str, object]:
+        local = self.llm_engine == "vllm"
         return {
             "cpu": self.cpu.as_dict(),
-            "llm_dtype": self.dtype,
-            "llm_threads": self.llm_threads,
+            "llm_engine": self.llm_engine,
+            "llm_dtype": self.dtype if local else None,
+            "llm_threads": self.llm_threads if local else None,
+            "kv_block_tokens": self.kv_block_tokens if local else None,
             "asr_threads": self.asr_threads,
-            "kv_block_tokens": self.kv_block_tokens,
             "choices": [
                 {"key": c.key, "value": c.value, "source": str(c.source), "reason": c.reason}
                 for c in self.choices
@@ -298,6 +315,7 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig) -> Tuning:
         asr_threads=int(asr_threads.value),
         kv_block_tokens=int(block.value),
         choices=used,
+        llm_engine=llm.engine,
     )
 
 
