@@ -32,7 +32,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,11 @@ def _shutdown_at_exit(ref: weakref.ref[VLLMEngine]) -> None:
 class VLLMEngine:
     """Streams chat replies from an in-process vLLM AsyncLLM (start ~13 s on CPU)."""
 
-    def __init__(self, cfg: LLMConfig, model_dir: Path) -> None:
+    def __init__(
+        self, cfg: LLMConfig, model_dir: Path, *, engine_args: Mapping[str, Any] | None = None
+    ) -> None:
+        """``engine_args``: more ``AsyncEngineArgs`` fields, overriding these (benchmarks use it
+        to measure vLLM's own options: torch.compile, chunked prefill, max_num_seqs)."""
         from voice_pipeline.machine import tuned_llm
 
         cfg = tuned_llm(cfg)  # dtype auto, threads 0, kv_block_tokens 0: chosen for the machine
@@ -118,6 +122,8 @@ class VLLMEngine:
             disable_log_stats=True,
             enable_log_requests=False,
         )
+        for key, value in (engine_args or {}).items():
+            setattr(args, key, value)
         log.info(
             "starting vLLM engine on %s (%s, %d thread(s), KV blocks of %d tokens; ~13 s on CPU)",
             model_dir.name,
