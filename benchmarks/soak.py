@@ -33,6 +33,7 @@ import asyncio
 import dataclasses
 import gc
 import json
+import os
 import sys
 import time
 import tracemalloc
@@ -300,6 +301,9 @@ def main() -> None:
         samples = asyncio.run(
             soak(args.minutes, every_s=args.every, trace=args.tracemalloc, on_sample=print_sample)
         )
+    from voice_pipeline.machine import this_cpu
+
+    print(f"machine: {this_cpu().label}; load average {os.getloadavg()[0]:.2f} at the end")
     if len(samples) >= 2:
         first, last = samples[0], samples[-1]
         print(
