@@ -8,7 +8,14 @@ client disconnects.
 
 Token counts come from vLLM's ``stream_options.continuous_usage_stats`` (the
 cumulative ``usage.completion_tokens`` carried by every chunk); a server that
-sends no usage counts one token per chunk.
+sends no usage counts one token per chunk. The first delta carries
+``usage.prompt_tokens`` and the time to it; vLLM streams the prompt's cached tokens
+(``usage.prompt_tokens_details.cached_tokens``, only with ``--enable-prompt-tokens-details``)
+in its final usage chunk alone, so they come last, on a delta with no text and no tokens.
+
+:meth:`RemoteVLLM.prefill` is a non-streamed one-token chat completion with vLLM's
+``add_generation_prompt: false`` (and ``continue_final_message`` for a final user
+message); it never raises for a failure (the outcome says it) and counts for no health.
 
 Errors are :class:`EngineError`: connection failures, timeouts (no byte for
 ``request_timeout_s``, first token or between tokens), dropped streams (including

@@ -15,6 +15,12 @@ while the engine is being created and restored afterwards, which leaves this
 process's own threads alone. Note that vLLM's CPU worker replaces
 ``torch.set_num_threads`` by a no-op in the process it runs in (the child here).
 
+Settings: ``llm.dtype: auto``, ``llm.threads: 0`` and ``llm.kv_block_tokens: 0`` are
+resolved for the machine (:func:`voice_pipeline.machine.tuned_llm`); the KV block size
+is passed to vLLM (its CPU default, 128, never reused a short prompt's system prompt).
+The first delta of a reply says its prompt tokens, vLLM's ``num_cached_tokens`` and the
+time to it; :meth:`VLLMEngine.prefill` runs a one-token request on a prompt prefix.
+
 Errors: failing to load is :class:`ModelError`; a failure during a request is
 :class:`EngineError` (``retryable=False`` once the engine is dead). Failures and
 stalls (no token for ``request_timeout_s``) make :meth:`VLLMEngine.health` not ok
