@@ -80,3 +80,13 @@ async def test_the_llm_micro_benchmark_runs_and_prints_beside_its_floors(
     assert data["decode_floor_ms"] > 0 and data["prefill_floor_ms"] > 0
     assert data["llm"]["ms_per_token"] > 0 and data["llm"]["first_token_cold_ms"] > 0
     assert vllm_engine.unfinished_requests() == 0
+
+
+def test_llm_link_floors_from_bandwidth_and_matmul() -> None:
+    from voice_pipeline.doctor import Floors, llm_floors
+
+    floors = Floors(copy_gb_s=20.0, matmul_gflops=100.0, matmul_dtype="float32", matmul_threads=1)
+    got = llm_floors(floors, (135_000_000, 28_000_000), "float32")
+    assert got == {"prefill_ms_per_token": 2.14, "decode_ms_per_token": 27.0}  # 2*107M/100G; 540 MB/20 GB/s
+    assert llm_floors(floors, (135_000_000, 28_000_000), "bfloat16")["decode_ms_per_token"] == 13.5
+    assert llm_floors(floors, None, "float32") == {"prefill_ms_per_token": None, "decode_ms_per_token": None}

@@ -19,6 +19,7 @@ from voice_pipeline.errors import ConfigError, VoicePipelineError
 
 if TYPE_CHECKING:
     from voice_pipeline.engines import Engines
+    from voice_pipeline.models import ModelPaths
     from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 
 # Nothing may download weights at run time.
@@ -326,6 +327,23 @@ async def _start_audiosocket(engines: Engines, cfg: Config) -> AudioSocketServer
     return phones
 
 
+def _floors(engines: Engines, paths: ModelPaths) -> dict[str, object] | None:
+    """Memory bandwidth and matmul rate measured now, and the LLM link's floors from them
+    (``machine.floors`` in /healthz: bench reports print them beside the figures)."""
+    from voice_pipeline.doctor import llm_floors, measure_floors, model_parameters
+
+    if engines.tuning is None:
+        return None
+    floors = measure_floors(engines.tuning, bandwidth_mib=64)  # well past any cache, light on RSS
+    params = model_parameters(paths.llm) if paths.llm is not None else None
+    return {
+        "copy_gb_s": floors.copy_gb_s,
+        "matmul_gflops": floors.matmul_gflops,
+        "matmul_dtype": floors.matmul_dtype,
+        "llm": llm_floors(floors, params, engines.tuning.dtype),
+    }
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import prepare_models
@@ -342,6 +360,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             await engines.warm_up(cfg.llm.system_prompt)
             _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
             server = VoiceServer(engines, cfg)
+            server.machine["floors"] = await asyncio.to_thread(_floors, engines, paths)
             try:
                 await server.start()
             except OSError as exc:

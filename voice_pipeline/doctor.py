@@ -145,14 +145,14 @@ def matmul_gflops(dtype: str, threads: int, seconds: float = 0.5) -> float:
         torch.set_num_threads(before)
 
 
-def measure_floors(tuning: Tuning) -> Floors:
+def measure_floors(tuning: Tuning, bandwidth_mib: int = BANDWIDTH_MIB) -> Floors:
     """Bandwidth, and the faster matmul of float32 and the LLM's dtype: the compute floor is
     what the CPU can do, not what a dtype it lacks hardware for makes of it (bf16 on AVX2
     falls back to a path ~40x slower than float32 there)."""
     rates = {dtype: matmul_gflops(dtype, tuning.llm_threads) for dtype in {"float32", tuning.dtype}}
     best = max(rates, key=rates.__getitem__)
     return Floors(
-        copy_gb_s=round(copy_bandwidth_gb_s(), 2),
+        copy_gb_s=round(copy_bandwidth_gb_s(bandwidth_mib), 2),
         matmul_gflops=round(rates[best], 1),
         matmul_dtype=best,
         matmul_threads=tuning.llm_threads,
@@ -233,6 +233,21 @@ async def llm_figures(
         embedding_parameters=None if parameters is None else parameters[1],
         weight_bytes=None if parameters is None else parameters[0] * _DTYPE_BYTES.get(dtype, 4),
     )
+
+
+def llm_floors(floors: Floors, parameters: tuple[int, int] | None, dtype: str) -> dict[str, float | None]:
+    """The LLM link's floors on this machine: prefill ms per prompt token (arithmetic at the
+    matmul rate) and ms per generated token (weights / bandwidth). None: model unknown."""
+    if parameters is None:
+        return {"prefill_ms_per_token": None, "decode_ms_per_token": None}
+    total, embedding = parameters
+    prefill = 2 * (total - embedding) / (floors.matmul_gflops * 1e9) * 1e3 if floors.matmul_gflops else None
+    decode = total * _DTYPE_BYTES.get(dtype, 4) / (floors.copy_gb_s * 1e9) * 1e3 if floors.copy_gb_s else None
+    return {"prefill_ms_per_token": _round3(prefill), "decode_ms_per_token": _round3(decode)}
+
+
+def _round3(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
 
 
 # ------------------------------------------------------------ printing (pure)

@@ -186,6 +186,19 @@ def machine_lines(machine: dict[str, Any]) -> list[str]:
         else:
             llm = f"LLM on a {server.get('llm_engine')} server"
         lines = [f"server machine: {cpu.get('label')}; {llm}; ASR {server.get('asr_threads')} thread(s)"]
+        floors = server.get("floors")
+        if isinstance(floors, dict):
+            llm_floor = floors.get("llm") or {}
+            pre, dec = llm_floor.get("prefill_ms_per_token"), llm_floor.get("decode_ms_per_token")
+            link = (
+                f"; LLM link >= {pre:.2f} ms per prompt token to prefill, >= {dec:.1f} ms per generated token"
+                if isinstance(pre, float) and isinstance(dec, float)
+                else ""
+            )
+            lines.append(
+                f"server floors: memory {floors.get('copy_gb_s')} GB/s, matmul {floors.get('matmul_gflops')} "
+                f"GFLOPS ({floors.get('matmul_dtype')}){link}"
+            )
     if bench is not None and (server is None or bench.get("label") != (server.get("cpu") or {}).get("label")):
         lines.append(f"bench machine: {bench.get('label')}")
     return lines
