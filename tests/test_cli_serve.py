@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 import soundfile as sf
 from speech import espeak
@@ -30,6 +31,7 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.cli import _server_config, build_parser
 from voice_pipeline.config import Config, ServerConfig, load_config
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.machine import this_cpu
 from voice_pipeline.server.app import exposure_warnings
 
 EXE = [sys.executable, "-m", "voice_pipeline.cli"]
@@ -195,6 +197,12 @@ async def test_serve_until_a_signal_then_close_sessions_and_exit(fake_llm: str, 
         url = line.split("open ", 1)[1].split()[0]
         # bound to the loopback address only (the default), not to every interface
         assert listening_addresses(int(url.rsplit(":", 1)[1].strip("/"))) == {"127.0.0.1"}
+        # what its figures run on, with the floors measured at start (a remote LLM: no LLM floors)
+        async with httpx.AsyncClient() as client:
+            machine = (await client.get(url + "healthz", timeout=10)).json()["machine"]
+        assert machine["cpu"]["label"] == this_cpu().label and machine["llm_engine"] == "remote"
+        assert machine["floors"]["copy_gb_s"] > 0 and machine["floors"]["matmul_gflops"] > 0
+        assert machine["floors"]["llm"] == {"prefill_ms_per_token": None, "decode_ms_per_token": None}
         async with connect(url.replace("http://", "ws://") + "ws") as ws:
             start = {"type": "start", "version": 1, "sample_rate": 16000, "format": "pcm16"}
             await ws.send(json.dumps(start))
@@ -207,6 +215,9 @@ async def test_serve_until_a_signal_then_close_sessions_and_exit(fake_llm: str, 
         assert await asyncio.wait_for(proc.wait(), 60) == 0
         err = (await proc.stderr.read()).decode()
         assert "warmed up" in err and "closing 1 session(s)" in err and err.rstrip().endswith("stopped")
+        # one line at start says what was chosen for this machine, and why
+        (chosen,) = [line for line in err.splitlines() if line.startswith("machine: ")]
+        assert chosen.startswith(f"machine: {this_cpu().label}; asr.cpu_threads=") and "(" in chosen
         assert "Traceback" not in err
     finally:
         if proc.returncode is None:

@@ -213,6 +213,11 @@ class TurnRecord:
     #: work of those dropped replies (``work`` is the answer's own)
     discarded_tokens: int = 0
     discarded_audio_s: float = 0.0
+    #: the reply's LLM request, as its engine reported it (None: not known): prompt tokens,
+    #: how many of them came from the prefix cache, and request -> first token (ms)
+    llm_prompt_tokens: int | None = None
+    llm_cached_tokens: int | None = None
+    llm_prefill_ms: float | None = None
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
         marks = (
@@ -231,7 +236,12 @@ class TurnRecord:
                 for b in self.budgets_broken
             ],
             "asr": {"decode_ms": round(self.asr_decode_ms, 1), "speculative": self.asr_speculative},
-            "llm": {"prefetched": self.llm_prefetched},
+            "llm": {
+                "prefetched": self.llm_prefetched,
+                "prompt_tokens": self.llm_prompt_tokens,
+                "cached_tokens": self.llm_cached_tokens,
+                "prefill_ms": None if self.llm_prefill_ms is None else round(self.llm_prefill_ms, 1),
+            },
             "false_interruptions": self.false_interruptions,
             "interruption": self.interruption,
             "failed": self.failed,
@@ -275,6 +285,18 @@ class TurnLedger:
         self.discarded_tokens = 0
         self.discarded_audio_s = 0.0
         self._allowance_ms: dict[str, float] = {}
+        self.llm_prompt_tokens: int | None = None
+        self.llm_cached_tokens: int | None = None
+        self.llm_prefill_ms: float | None = None
+
+    def llm_request(
+        self, prompt_tokens: int | None, cached_tokens: int | None, prefill_ms: float | None
+    ) -> None:
+        """How the reply's LLM request was served (from its first delta); the first call wins."""
+        if self.llm_prompt_tokens is None and self.llm_prefill_ms is None:
+            self.llm_prompt_tokens = prompt_tokens
+            self.llm_cached_tokens = cached_tokens
+            self.llm_prefill_ms = prefill_ms
 
     def mark(self, mark: Mark, t_ns: int) -> list[BudgetBreach]:
         """Record ``mark`` at ``t_ns``; return the budgets broken by stages it ends."""
@@ -316,6 +338,8 @@ class TurnLedger:
         self.llm_prefetched = False
         self.false_interruptions = 0
         self.end_of_turn = None
+        self.llm_prompt_tokens = self.llm_cached_tokens = None
+        self.llm_prefill_ms = None
 
     def compute(self, name: str, start_ns: int, end_ns: int) -> None:
         """Record a model's compute span on the critical path (the first one of a name wins)."""
@@ -377,6 +401,9 @@ class TurnLedger:
             continuations=self.continuations,
             discarded_tokens=self.discarded_tokens,
             discarded_audio_s=self.discarded_audio_s,
+            llm_prompt_tokens=self.llm_prompt_tokens,
+            llm_cached_tokens=self.llm_cached_tokens,
+            llm_prefill_ms=self.llm_prefill_ms,
         )
 
 

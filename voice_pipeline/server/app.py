@@ -37,6 +37,7 @@ from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config, ServerConfig
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.machine import choose, this_cpu
 from voice_pipeline.server.connection import VoiceConnection
 from voice_pipeline.server.metrics import CONTENT_TYPE, ServerMetrics
 from voice_pipeline.server.protocol import PROTOCOL_VERSION
@@ -128,6 +129,14 @@ class VoiceServer:
         self._ssl = server_ssl_context(self._scfg)
         self._limiter = RateLimiter(self._scfg.max_new_sessions_per_ip_per_min)
         self._trusted_proxies = parse_networks(self._scfg.trusted_proxies)
+        tuning = engines.tuning or choose(this_cpu(), cfg.llm, cfg.asr)
+        #: what the figures of this server ran on (``machine`` in /healthz, so bench reports carry it)
+        self.machine = tuning.as_dict()
+        running = getattr(engines.llm, "settings", None)  # what the in-process engine runs with
+        if isinstance(running, dict):
+            self.machine["llm_dtype"] = running.get("dtype", self.machine["llm_dtype"])
+            self.machine["llm_threads"] = running.get("threads", self.machine["llm_threads"])
+            self.machine["kv_block_tokens"] = running.get("kv_block_tokens", self.machine["kv_block_tokens"])
 
     @property
     def max_message_bytes(self) -> int:
@@ -187,6 +196,7 @@ class VoiceServer:
                 "failures": llm.failures,
                 "retry_in_s": llm.retry_in_s,
             },
+            "machine": self.machine,
         }
         if not llm.ok:
             body["reason"] = f"llm: {llm.reason}"
