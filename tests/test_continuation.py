@@ -292,3 +292,42 @@ async def test_babble_cannot_hold_a_turn_open() -> None:
     finally:
         h.fakes.llm.release()
         await h.session.aclose()
+
+
+# ---------------------------------------------------------------- the prefix cache, warmed while the user speaks
+
+
+async def test_the_prompt_prefix_is_prefilled_while_the_user_speaks_and_dropped_for_the_real_request() -> (
+    None
+):
+    cfg = dataclasses.replace(
+        base_config(), asr=dataclasses.replace(base_config().asr, partial_interval_ms=0)
+    )
+    h = make_harness(cfg)
+    llm, d = h.fakes.llm, h.driver
+    try:
+        llm.reply = REPLY
+        await d.speak(0.5)
+        # at speech start the system prompt is warmed (one block of 32 estimated tokens or more)
+        assert [r.messages[0] for r in llm.prefills] == [ChatMessage("system", cfg.llm.system_prompt)]
+        await d.quiet_until(lambda: h.completed(1))
+        # after the turn the history changed: the new prefix (system + the turn) is warmed
+        assert llm.prefills[-1].messages[1:] == tuple(h.session.history)
+        await d.settle()
+        assert llm.unfinished_requests() == 0
+        rec = h.record(1)
+        assert rec.llm_prompt_tokens is not None  # the reply's request figures reach the ledger
+    finally:
+        await h.session.aclose()
+
+
+async def test_no_prefill_when_prefill_ahead_is_off() -> None:
+    cfg = base_config()
+    cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, prefill_ahead=False))
+    h = make_harness(cfg)
+    try:
+        await h.driver.speak(0.5)
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert h.fakes.llm.prefills == []
+    finally:
+        await h.session.aclose()

@@ -138,7 +138,7 @@ class Driver:
             case Sound(p=p):
                 assert m.user is not None
                 if p is None:
-                    return m.evidence(EvidenceFound(m.user, self.pause_end, sound_failed=True))
+                    return m.evidence(EvidenceFound(m.user, self.pause_end, no_sound=True))
                 return m.evidence(EvidenceFound(m.user, self.pause_end, p_complete=p))
             case Heard(turn=turn, text=text, said=said):
                 return m.transcribed(turn, text, said)

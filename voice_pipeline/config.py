@@ -70,6 +70,11 @@ class TurnConfig:
     model_path: str | None = None
     #: onnxruntime intra-op threads of the turn model
     model_threads: int = 1
+    #: when the turn model runs in a pause: "words" = once the speculative transcript is in
+    #: (not at all when the words already say unfinished), beside the LLM prefetch; "pause" =
+    #: at the first silent frame, in parallel with the speculative decode. On 2 cores "pause"
+    #: made complete questions slower (the decode shares the cores with the model; README)
+    model_start: Literal["words", "pause"] = "words"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
     #: the wait when words and sound disagree, or the evidence is not back yet
@@ -164,6 +169,10 @@ class LLMConfig:
     #: start the LLM on the speculative transcript while the end-of-turn silence runs;
     #: used if the final transcript is the same, aborted if the user goes on speaking
     speculative_start: bool = True
+    #: while the user speaks, keep the system prompt, the history and the committed words
+    #: in the LLM's prefix cache (one-token prefill requests, llm/prefill.py), so the reply's
+    #: request prefills only its last tokens
+    prefill_ahead: bool = True
 
 
 @dataclass(frozen=True, slots=True)

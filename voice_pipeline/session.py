@@ -41,6 +41,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from llm.base import ChatMessage
+from llm.prefill import PrefillPlanner, conversation_prefix
 from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
 from voice_pipeline import turnevents as te
@@ -57,6 +58,7 @@ from voice_pipeline.reply import Phrases
 from voice_pipeline.transport import Transport
 from voice_pipeline.turn import Turn, TurnContext
 from voice_pipeline.turnstate import TurnMachine
+from voice_pipeline.warmer import PrefixWarmer
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +118,15 @@ class Session:
             self._spawn,
             on_evidence=lambda found: self._execute(self._machine.evidence(found)),
             on_audible=self._reply_audible,
+            on_committed=self._warm,
         )
         self.ledger = SessionLedger(cfg.budget)
         self._history = History(cfg.llm.system_prompt, cfg.llm.history_max_tokens)
+        block = (
+            engines.tuning.kv_block_tokens if engines.tuning is not None else cfg.llm.kv_block_tokens or 32
+        )
+        planner = PrefillPlanner(block_tokens=block, tag=f"{id(self):x}")
+        self._warmer = PrefixWarmer(engines.llm, planner, self._spawn, enabled=cfg.llm.prefill_ahead)
         self._turns: dict[int, Turn] = {}
         self._capture: Turn | None = None  # the turn whose utterance gets the input
         self._replying: set[int] = set()
@@ -193,6 +201,7 @@ class Session:
                     self._capture = turn
                     self._idle.clear()
                     turn.begin(self._input.time_of(onset), self._input.since(start))
+                    self._warm()
                 case te.ContinueTurn(turn_id=tid):
                     turn = self._turns[tid]
                     self._reply_over(tid)
@@ -204,6 +213,7 @@ class Session:
                 case te.StopSpeculating(turn_id=tid):
                     self._turns[tid].utterance.stop_speculating()
                 case te.Prefetch(turn_id=tid):
+                    self._warmer.llm_starting()
                     turn = self._turns[tid]
                     tag = f"{id(self)}-{tid}-{turn.epoch}"
                     turn.utterance.prefetch(self._history.request, self._history.version, tag)
@@ -211,6 +221,7 @@ class Session:
                     speech_end = self._input.time_of(self._acoustic_end(end.speech_end_sample))
                     self._turns[tid].end(end, speech_end)
                 case te.StartReply(turn_id=tid):
+                    self._warmer.llm_starting()
                     self._start_reply(self._turns[tid])
                 case te.PauseReply(turn_id=tid, onset_ns=onset):
                     self._turns[tid].pause_reply(onset)
@@ -223,6 +234,13 @@ class Session:
                         self._capture = None
                 case te.Answer() | te.Dismiss():
                     pass  # read by the reply task that asked (see _answer)
+
+    def _warm(self, committed: str = "") -> None:
+        """Keep the next request's known start in the LLM's prefix cache (voice_pipeline/warmer.py):
+        the system prompt and history, and the committed words of the user's utterance."""
+        idle = not self._replying and not any(t.utterance.prefetching for t in self._turns.values())
+        system = self._cfg.llm.system_prompt
+        self._warmer.warm(conversation_prefix(system, self._history.prefix()[1:], committed), idle=idle)
 
     def _acoustic_end(self, vad_end: int) -> int:
         """The VAD's last voiced frame ends 40-100 ms after the sound does (model
@@ -306,6 +324,7 @@ class Session:
                 self._history.remember(turn.user_text, heard, cut=turn.interrupted or turn.failed is not None)
         self._execute(self._machine.reply_finished(turn.turn_id))
         self._reply_over(turn.turn_id)
+        self._warm()
         self._turns.pop(turn.turn_id, None)
         self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
         if self._machine.user is None and not self._replying:
