@@ -294,7 +294,7 @@ async def test_babble_cannot_hold_a_turn_open() -> None:
         await h.session.aclose()
 
 
-# ---------------------------------------------------------------- the prefix cache, warmed while the user speaks
+# ---------------------------------------------------------------- the prefix cache, warmed ahead
 
 
 async def test_the_prompt_prefix_is_prefilled_while_the_user_speaks_and_dropped_for_the_real_request() -> (
