@@ -96,6 +96,14 @@ async def run_one(engines: Engines, cfg: Config, audio: np.ndarray) -> dict[str,
     return {"records": res.records, "turns": turns, "continued": continued}
 
 
+def question_row(mode: str, voice: str, q: str, r: Any) -> dict[str, Any]:
+    eot = r.end_of_turn.as_dict() if r.end_of_turn is not None else None
+    v2v, ep = r.stages_ms.get("voice_to_voice", float("nan")), r.stages_ms.get("endpointing", float("nan"))
+    rule, p = (eot or {}).get("rule"), (eot or {}).get("p_complete")
+    print(f"[{mode}] {voice:9} v2v {v2v:5.0f} ms endpointing {ep:4.0f} {rule} p={p} {q!r}", flush=True)
+    return {"mode": mode, "voice": voice, "question": q, "stages_ms": r.stages_ms, "end_of_turn": eot}
+
+
 async def paused_set(
     engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], short_ms: int
 ) -> dict[str, Any]:
@@ -182,6 +190,7 @@ async def main() -> None:
     # load (shared, noisy) falls on both alike
     v2v: dict[str, list[float]] = {m: [] for m in modes}
     rules: dict[str, Counter[str]] = {m: Counter() for m in modes}
+    rows: list[dict[str, Any]] = []
     for _ in range(args.questions):
         for voice in args.question_voices.split(","):
             for q in COMPLETE_QUESTIONS:
@@ -189,10 +198,13 @@ async def main() -> None:
                 for mode in modes:
                     out = await run_one(engines, mode_config(base, mode), audio)
                     for r in out["turns"]:
+                        row = question_row(mode, voice, q, r)
+                        rows.append(row)
                         if "voice_to_voice" in r.stages_ms:
                             v2v[mode].append(r.stages_ms["voice_to_voice"])
-                        if r.end_of_turn is not None:
-                            rules[mode][r.end_of_turn.rule] += 1
+                        if row["end_of_turn"] is not None:
+                            rules[mode][row["end_of_turn"]["rule"]] += 1
+    report["questions"] = rows
     for mode in modes:
         summaries[mode].update(
             {
@@ -203,6 +215,7 @@ async def main() -> None:
             }
         )
         report["modes"][mode] = summaries[mode]
+    report["questions"] = rows
         print(f"\n== {mode}: " + json.dumps(summaries[mode], indent=1), flush=True)
     await engines.aclose()
     if args.json:

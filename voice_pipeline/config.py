@@ -77,8 +77,9 @@ class TurnConfig:
     model_start: Literal["words", "pause"] = "words"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
-    #: the wait when words and sound disagree, or the evidence is not back yet
-    unsure_silence_ms: int = 700
+    #: the wait when words and sound disagree (a question mark, an unfinished sound), or the
+    #: evidence is not back yet; continuation catches a speaker who goes on after it
+    unsure_silence_ms: int = 500
     #: the longest wait, for an utterance that sounds or reads unfinished; the turn ends
     #: after this much silence anyway
     incomplete_silence_ms: int = 2000
