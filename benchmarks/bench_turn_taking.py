@@ -215,7 +215,6 @@ async def main() -> None:
             }
         )
         report["modes"][mode] = summaries[mode]
-    report["questions"] = rows
         print(f"\n== {mode}: " + json.dumps(summaries[mode], indent=1), flush=True)
     await engines.aclose()
     if args.json:
