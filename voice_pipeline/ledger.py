@@ -13,11 +13,34 @@ path stages are consecutive intervals between marks, so they add up exactly to
 A :class:`SessionLedger` keeps the latest completed turns' records and per-stage
 aggregates over the whole session (bounded however long the session runs).
 
-Fixed phrases do not count as the reply: a filler spoken while the reply is late
-gets its own mark (``filler_sent``) and figure (:attr:`TurnRecord.filler_ms`, from
-the end of user speech), and ``voice_to_voice`` still ends at the reply's own first
-audio; a failed turn's apology is marked ``apology_sent`` and has no
-``voice_to_voice`` unless some of the reply itself was spoken.
+Fixed phrases do not count as the reply: a late reply's filler has its own mark
+(``filler_sent``) and figure (:attr:`TurnRecord.filler_ms`), a failed turn's apology is
+``apology_sent``; ``voice_to_voice`` ends at the reply's own first audio only.
+
+Where latency is measured: every mark and the one place that sets it (the session's
+clock; input times are capture stamps, :meth:`voice_pipeline.inputbuf.InputHistory.time_of`)::
+
+    speech_start        turn.Turn.begin            capture time of the turn's first voiced frame
+    speech_end          turn.Turn.end              capture time of the acoustic end (Session._acoustic_end)
+    endpoint            turn.Turn.end              the end of turn is carried out (the machine's EndTurn)
+    transcript_final    session.Session._answer    the final transcript is in hand
+    llm_first_token     reply.Reply._generate      the first LLM delta arrives (prefetched or requested)
+    first_clause        reply.Reply._generate      the first complete clause is queued for Piper
+    tts_first_audio     reply.Reply._speak         its audio is synthesized
+    first_audio_sent    reply.Reply._speak         it was handed to the transport (not paused)
+    llm_done            reply.Reply._generate      the LLM stream ended
+    last_audio_sent     reply.Reply._speak         the last clause was handed to the transport
+    turn_end            turn.Turn.finish           the reply is over (played, cut or failed)
+    barge_in_onset      turn.Turn.pause_reply      onset of the interrupting speech (the barge-in tracker)
+    flush_sent          turn.Turn.pause_reply      the transport was told to flush; nothing more is sent
+    barge_in_confirmed  turn.Turn.cancel_reply     the interruption was decided for good
+    llm_aborted         reply.Reply.run            the reply's task was cancelled (the request aborted) ...
+    tts_stopped         reply.Reply.run            ... and synthesis stopped (the same moment)
+    filler_sent         reply.Reply._speak         the filler was handed to the transport
+    apology_sent        reply.Reply.say            the apology was handed to the transport
+
+A continued turn (the user went on before hearing the reply) forgets every mark but
+``speech_start`` (:meth:`TurnLedger.continued`), so its stages measure the final attempt.
 """
 
 from __future__ import annotations
