@@ -70,10 +70,11 @@ class TurnConfig:
     model_path: str | None = None
     #: onnxruntime intra-op threads of the turn model
     model_threads: int = 1
-    #: when the turn model runs in a pause: "words" = once the speculative transcript is in
-    #: (not at all when the words already say unfinished), beside the LLM prefetch; "pause" =
-    #: at the first silent frame, in parallel with the speculative decode. On 2 cores "pause"
-    #: made complete questions slower (the decode shares the cores with the model; README)
+    #: when the turn model runs in a pause: "words" = once the speculative transcript is in,
+    #: and only if the words are neutral (unfinished words wait the longest anyway; a
+    #: question mark ends the turn after the short wait); "pause" = at the first silent
+    #: frame, beside the speculative decode, always. On 2 cores the model's 130 ms slows the
+    #: decode or the LLM beside it (README "Turn-taking")
     model_start: Literal["words", "pause"] = "words"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
