@@ -563,6 +563,17 @@ CASES = [
         make=lambda: machine(VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)),
     ),
     Case(
+        "push-to-talk held past max_turn: the turn ends there; nothing more until the key is released",
+        [
+            (PttDown(), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Frames("#" * 31), [], {1: L}),
+            (Frames("#"), [end(1, 32, 32, Rule.MAX_TURN, 0), StartReply(1), Seal(1)], {1: RE}),
+            (Frames("#" * 10), [], {1: RE}),  # still held: the babble starts no new turn
+            (PttUp(), [], {1: RE}),
+        ],
+        make=lambda: machine(VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)),
+    ),
+    Case(
         "continuation off: speech before the reply is heard cancels it and starts a new turn",
         [
             *ASK,
