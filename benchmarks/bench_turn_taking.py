@@ -45,6 +45,7 @@ from voice_pipeline.bench.paused import COMPLETE_QUESTIONS, PAUSED_SENTENCES, pa
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import percentile
+from voice_pipeline.machine import this_cpu
 from voice_pipeline.models import prepare_models
 from voice_pipeline.runner import run_audio
 
@@ -52,24 +53,8 @@ RATE = 16000
 
 
 def cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    model = next(
-        (ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?"
-    )
-    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
-    cls = (
-        "AVX-512 BF16"
-        if "avx512_bf16" in flags
-        else "AVX-512"
-        if "avx512f" in flags
-        else "AVX2"
-        if "avx2" in flags
-        else "no AVX2"
-    )
-    return f"{model}, {cls}, {os.cpu_count()} cores"
+    cpu = this_cpu()
+    return f"{cpu.label}, {cpu.cores} cores"
 
 
 def mode_config(base: Config, mode: str) -> Config:

@@ -20,6 +20,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from voice_pipeline.config import Config, load_config
 
+#: the fakes-and-fake-clock session fixtures (h, hb) for every test module
+pytest_plugins = ["harness"]
+
 if TYPE_CHECKING:
     from asr.base import ASREngine
     from llm.base import LLM

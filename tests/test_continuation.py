@@ -8,11 +8,10 @@ returns ``asr.text`` for any audio (and records how much audio each decode had).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 
 import pytest
 from fakes import RATE, Fakes, FakeTurnModel
-from test_session import REPLY, Harness, base_config, make_harness
+from harness import REPLY, Harness, base_config, make_harness
 
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
@@ -23,15 +22,6 @@ FRAME_S = 512 / RATE
 
 def with_turn(cfg: Config, **changes: object) -> Config:
     return dataclasses.replace(cfg, turn=dataclasses.replace(cfg.turn, **changes))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-async def h() -> AsyncIterator[Harness]:
-    harness = make_harness()
-    harness.fakes.llm.reply = REPLY
-    yield harness
-    harness.fakes.llm.release()
-    await harness.session.aclose()
 
 
 def first_audio_ns(h: Harness, turn: int) -> int:
