@@ -25,8 +25,9 @@ The session-side contract (what the runtime calls, and when)::
     # 32 on CPU; with a remote LLM the server's --block-size)
     planner = PrefillPlanner(block_tokens=block_tokens, tag=session_id)
 
-    # (a) after the history changes (a reply finished or was cut to what was heard, a turn
-    #     was dropped), (b) at speech start, (c) whenever the committed partial transcript
+    # (a) after the history changes (a reply was cut to what was heard, a turn was dropped;
+    #     after a reply heard to its end call planner.served(prefix) instead: its own
+    #     generation cached it), (b) at speech start, (c) whenever the committed partial transcript
     #     grows (LocalAgreement's stable prefix, whole words):
     prefix = conversation_prefix(cfg.llm.system_prompt, history, committed)  # committed "" at (a), (b)
     match planner.want(prefix, idle=<no LLM request of this session is running>):
@@ -181,6 +182,12 @@ class PrefillPlanner:
         request_id = f"prefill-{self._tag}-{self._n}"
         self.in_flight = (prefix, request_id)
         return StartPrefill(request_id, tuple(prefix.as_messages()), prefix, stale)
+
+    def served(self, prefix: Prefix) -> None:
+        """A real request's prompt and the reply it generated are in the cache now: a reply
+        heard to its end leaves ``prefix`` (system + history with that reply) warm by itself."""
+        if self.warm is None or not self.warm.covers(prefix):
+            self.warm = prefix
 
     def finished(self, result: PrefillResult) -> None:
         """A prefill ended (its result, whatever the outcome)."""

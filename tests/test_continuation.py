@@ -301,12 +301,24 @@ async def test_the_prompt_prefix_is_prefilled_while_the_user_speaks_and_dropped_
         # at speech start the system prompt is warmed (one block of 32 estimated tokens or more)
         assert [r.messages[0] for r in llm.prefills] == [ChatMessage("system", cfg.llm.system_prompt)]
         await d.quiet_until(lambda: h.completed(1))
-        # after the turn the history changed: the new prefix (system + the turn) is warmed
-        assert llm.prefills[-1].messages[1:] == tuple(h.session.history)
-        await d.settle()
-        assert llm.unfinished_requests() == 0
+        # a reply heard to its end cached the new history by generating it: no prefill for it
+        assert len(llm.prefills) == 1
         rec = h.record(1)
         assert rec.llm_prompt_tokens is not None  # the reply's request figures reach the ledger
+        # a reply cut short leaves history the cache has not seen: that is prefilled (when it
+        # adds a whole block of 32 tokens: a long question)
+        h.fakes.asr.text = "tell me everything you know about the history of the city of paris " * 2
+        llm.hold_after(8)
+        await d.speak(0.5)
+        await d.quiet_until(lambda: h.transport.played_samples(2) > 0)
+        h.session.interrupt()
+        llm.release()
+        await d.quiet_until(lambda: h.completed(2))
+        await d.settle()
+        assert len(llm.prefills) == 2
+        assert llm.prefills[-1].messages[1:] == tuple(h.session.history)
+        await h.settle_tasks()
+        assert llm.unfinished_requests() == 0
     finally:
         await h.session.aclose()
 

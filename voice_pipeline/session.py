@@ -41,7 +41,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from llm.base import ChatMessage
-from llm.prefill import PrefillPlanner, conversation_prefix
+from llm.prefill import PrefillPlanner, Prefix, conversation_prefix
 from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
 from voice_pipeline import turnevents as te
@@ -239,8 +239,10 @@ class Session:
         """Keep the next request's known start in the LLM's prefix cache (voice_pipeline/warmer.py):
         the system prompt and history, and the committed words of the user's utterance."""
         idle = not self._replying and not any(t.utterance.prefetching for t in self._turns.values())
-        system = self._cfg.llm.system_prompt
-        self._warmer.warm(conversation_prefix(system, self._history.prefix()[1:], committed), idle=idle)
+        self._warmer.warm(self._prefix(committed), idle=idle)
+
+    def _prefix(self, committed: str = "") -> Prefix:
+        return conversation_prefix(self._cfg.llm.system_prompt, self._history.prefix()[1:], committed)
 
     def _acoustic_end(self, vad_end: int) -> int:
         """The VAD's last voiced frame ends 40-100 ms after the sound does (model
@@ -324,6 +326,8 @@ class Session:
                 self._history.remember(turn.user_text, heard, cut=turn.interrupted or turn.failed is not None)
         self._execute(self._machine.reply_finished(turn.turn_id))
         self._reply_over(turn.turn_id)
+        if record.assistant_text and not turn.interrupted and turn.failed is None:
+            self._warmer.served(self._prefix())  # the reply's own generation cached it
         self._warm()
         self._turns.pop(turn.turn_id, None)
         self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")

@@ -40,6 +40,10 @@ class PrefixWarmer:
                 self._cancel()
             self._task = self._spawn(self._run(action), action.request_id)
 
+    def served(self, prefix: Prefix) -> None:
+        """The reply just heard to its end left ``prefix`` in the cache by itself."""
+        self._planner.served(prefix)
+
     def llm_starting(self) -> None:
         if self._planner.request_started() is not None:
             self._cancel()
