@@ -180,3 +180,12 @@ def test_after_the_turn_the_new_history_extends_the_warm_partial() -> None:
 def test_block_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="block_tokens"):
         PrefillPlanner(block_tokens=0)
+
+
+def test_a_reply_heard_to_its_end_leaves_its_history_warm() -> None:
+    planner = PrefillPlanner(block_tokens=32, tag="t")
+    planner.served(prefix())  # the request and its generation put system + history in the cache
+    assert planner.want(prefix(), idle=True) == SkipPrefill(SkipReason.WARM)
+    assert planner.want(prefix(history=HISTORY[:1]), idle=True) == SkipPrefill(SkipReason.WARM)
+    planner.served(prefix(history=()))  # a shorter one does not forget the longer warm prefix
+    assert planner.warm == prefix()
