@@ -33,6 +33,7 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
+from voice_pipeline.access import parse_networks, token_ok
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config, ServerConfig
 from voice_pipeline.engines import Engines
@@ -41,7 +42,7 @@ from voice_pipeline.machine import choose, this_cpu
 from voice_pipeline.server.connection import VoiceConnection
 from voice_pipeline.server.metrics import CONTENT_TYPE, ServerMetrics
 from voice_pipeline.server.protocol import PROTOCOL_VERSION
-from voice_pipeline.server.ratelimit import RateLimiter, client_address, client_key, parse_networks
+from voice_pipeline.server.ratelimit import RateLimiter, client_address, client_key
 from voice_pipeline.server.web import (
     default_static_dir,
     json_response,
@@ -51,7 +52,6 @@ from voice_pipeline.server.web import (
     request_token,
     response,
     static_response,
-    token_ok,
     unauthorized_response,
 )
 from voice_pipeline.telephony.twilio_connection import TwilioConnection

@@ -31,11 +31,11 @@ import soxr
 from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
+from voice_pipeline.access import address_in, parse_networks
 from voice_pipeline.audio import input_resampler, to_float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
-from voice_pipeline.server.ratelimit import address_in, parse_networks
 from voice_pipeline.session import Session
 from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.telephony.audiosocket import (

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from voice_pipeline.access import token_ok
 from voice_pipeline.audio import input_resampler, to_float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.server.metrics import ServerMetrics
-from voice_pipeline.server.web import token_ok
 from voice_pipeline.session import Session
 from voice_pipeline.telephony import mulaw
 from voice_pipeline.telephony.twilio import (
