@@ -44,7 +44,10 @@ A new edge, in outline (the realtime endpoint can take this shape)::
 
 and, on a server, ``limit.acquire()`` before the connection is served (False: refuse
 it), ``limit.release()`` after, and ``limit.metrics.observe`` as the transport's
-``on_event``.
+``on_event``. An edge for which every message is activity (not only audio) calls
+``scope.active()`` after each; one whose audio arrives already converted pushes it
+with ``session.push_audio`` itself; tasks of its own (cancel them) and its writer
+go in ``close_after``, in the order they must close.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ sessions in the last minute (else HTTP 429) and, on ``/ws`` with
 be allowed (else close 1008), the server must not be stopping (1001), and fewer
 than ``max_sessions`` may be connected (else 1013) -- counted over every edge
 that shares :attr:`VoiceServer.limit` (``serve`` gives it to its AudioSocket
-server too); those already connected are never affected. With ``certfile``/``keyfile`` it serves https/wss.
+server too); those already connected are never affected. With
+``certfile``/``keyfile`` it serves https/wss.
 
 websockets' own DEBUG logging is never enabled on this server: it would write
 request headers and URLs (the token) and frame contents (audio) to the log.
