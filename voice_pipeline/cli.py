@@ -18,6 +18,7 @@ from voice_pipeline.config import Config, load_config
 from voice_pipeline.errors import ConfigError, VoicePipelineError
 
 if TYPE_CHECKING:
+    from voice_pipeline.edge import SessionLimit
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import ModelPaths
     from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
@@ -309,13 +310,13 @@ def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
     return dataclasses.replace(cfg, server=server)
 
 
-async def _start_audiosocket(engines: Engines, cfg: Config) -> AudioSocketServer | None:
+async def _start_audiosocket(engines: Engines, cfg: Config, limit: SessionLimit) -> AudioSocketServer | None:
     from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 
     port = cfg.server.audiosocket_port
     if port is None:
         return None
-    phones = AudioSocketServer(engines, cfg, cfg.server.host, port)
+    phones = AudioSocketServer(engines, cfg, cfg.server.host, port, limit=limit)  # /ws's limit and metrics
     try:
         await phones.start()
     except OSError as exc:
@@ -364,7 +365,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 raise VoicePipelineError(
                     f"cannot listen on {cfg.server.host}:{cfg.server.port}: {exc.strerror or exc}"
                 ) from exc
-            phones = await _start_audiosocket(engines, cfg)
+            phones = await _start_audiosocket(engines, cfg, server.limit)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -9,8 +9,10 @@ and session. Admission, in order: at the HTTP handshake, the client address
 sessions in the last minute (else HTTP 429) and, on ``/ws`` with
 ``auth_token`` set, the token must match (else HTTP 401); then the Origin must
 be allowed (else close 1008), the server must not be stopping (1001), and fewer
-than ``max_sessions`` may be connected (else 1013); those already connected
-are never affected. With ``certfile``/``keyfile`` it serves https/wss.
+than ``max_sessions`` may be connected (else 1013) -- counted over every edge
+that shares :attr:`VoiceServer.limit` (``serve`` gives it to its AudioSocket
+server too); those already connected are never affected. With
+``certfile``/``keyfile`` it serves https/wss.
 
 websockets' own DEBUG logging is never enabled on this server: it would write
 request headers and URLs (the token) and frame contents (audio) to the log.
@@ -33,15 +35,17 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
+from voice_pipeline.access import parse_networks, token_ok
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config, ServerConfig
+from voice_pipeline.edge import SessionLimit
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ConfigError
 from voice_pipeline.machine import choose, this_cpu
 from voice_pipeline.server.connection import VoiceConnection
 from voice_pipeline.server.metrics import CONTENT_TYPE, ServerMetrics
 from voice_pipeline.server.protocol import PROTOCOL_VERSION
-from voice_pipeline.server.ratelimit import RateLimiter, client_address, client_key, parse_networks
+from voice_pipeline.server.ratelimit import RateLimiter, client_address, client_key
 from voice_pipeline.server.web import (
     default_static_dir,
     json_response,
@@ -51,7 +55,6 @@ from voice_pipeline.server.web import (
     request_token,
     response,
     static_response,
-    token_ok,
     unauthorized_response,
 )
 from voice_pipeline.telephony.twilio_connection import TwilioConnection
@@ -120,6 +123,8 @@ class VoiceServer:
         self._scfg = cfg.server
         self._clock = clock
         self.metrics = ServerMetrics()
+        #: ``max_sessions`` over every edge of this server (AudioSocket's calls too), and its metrics
+        self.limit = SessionLimit(self._scfg.max_sessions, self.metrics)
         self.static_dir = Path(self._scfg.static_dir) if self._scfg.static_dir else default_static_dir()
         self.connections: set[VoiceConnection | TwilioConnection] = set()
         self._server: Server | None = None
@@ -187,7 +192,7 @@ class VoiceServer:
         body: dict[str, Any] = {
             "status": status,
             "protocol_version": PROTOCOL_VERSION,
-            "sessions_active": len(self.connections),
+            "sessions_active": self.limit.active,
             "max_sessions": self._scfg.max_sessions,
             "uptime_s": round((self._clock() - self._started_ns) / 1e9, 1),
             "llm": {
@@ -244,21 +249,21 @@ class VoiceServer:
         if self._stopping:
             await ws.close(1001, SHUTDOWN_REASON)
             return
-        if len(self.connections) >= self._scfg.max_sessions:
-            self.metrics.session_refused("limit")
+        if not self.limit.acquire():
             await ws.close(1013, f"session limit reached ({self._scfg.max_sessions}); try again later")
             return
-        phone = request_path(ws.request.path) == TWILIO_PATH
-        conn = (TwilioConnection if phone else VoiceConnection)(
-            ws, self._engines, self._cfg, self.metrics, clock=self._clock
-        )
-        self.connections.add(conn)
-        self.metrics.session_opened()
         try:
-            await conn.run()
+            phone = request_path(ws.request.path) == TWILIO_PATH
+            conn = (TwilioConnection if phone else VoiceConnection)(
+                ws, self._engines, self._cfg, self.metrics, clock=self._clock
+            )
+            self.connections.add(conn)
+            try:
+                await conn.run()
+            finally:
+                self.connections.discard(conn)
         finally:
-            self.connections.discard(conn)
-            self.metrics.session_closed()
+            self.limit.release()
 
     async def aclose(self) -> None:
         """Close every session with 1001 and stop serving. Idempotent."""
