@@ -214,7 +214,7 @@ class _Session:
 
 
 async def _run_session(session: _Session, keys: asyncio.Queue[str]) -> bool:
-    """Run until the user quits (True) or the connection drops (:class:`ConnectionDroppedError`)."""
+    """Run until the user quits (True) or the connection drops (:class:`SessionDroppedError`)."""
 
     async def key_loop() -> None:
         while True:
