@@ -42,6 +42,7 @@ def test_a_record_on_the_wire_grid_comes_back_equal() -> None:
 def test_wasted_audio_is_what_the_record_shows_synthesized_minus_heard() -> None:
     # 2.50049 s synthesized, 1.00051 s heard: shown as 2.5 and 1.001, so 1.499 wasted (not 1.500)
     d = full_record().as_dict()["work"]
+    assert isinstance(d, dict)
     assert (d["audio_synthesized_s"], d["audio_heard_s"], d["wasted_audio_s"]) == (2.5, 1.001, 1.499)
 
 
