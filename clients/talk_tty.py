@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -42,26 +41,41 @@ from clients.audio_io import (
     pick_device,
     query_devices,
 )
-from clients.talk import (
-    Msg,
-    ServerRefusedError,
-    ServerUnreachableError,
-    TalkError,
-    TalkOptions,
-    close_text,
-    open_session,
-    pcm_frame,
-)
+from clients.talk_options import TalkError, TalkOptions
 from clients.talkview import Line, Status, TurnView, level_meter
+from voice_pipeline.connect import (
+    ServerSessionError,
+    SessionDroppedError,
+    close_text_of,
+    dropped,
+    open_session,
+)
+from voice_pipeline.wire.client_messages import (
+    Capabilities,
+    ClientMessage,
+    Interrupt,
+    Playback,
+    PttEnd,
+    PttStart,
+    Start,
+    Stop,
+    pcm16_frame,
+)
+from voice_pipeline.wire.server_messages import (
+    AssistantText,
+    AudioClear,
+    Ready,
+    ReplyInterrupted,
+    ReplyResumed,
+    ServerStream,
+    TurnContinued,
+    TurnLatency,
+)
 
 REPORT_S = 0.1
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 TOGGLE_KEYS = (" ", "\r", "\n")
 QUIT_KEYS = ("q", "\x03")
-
-
-class ConnectionDroppedError(TalkError):
-    """The connection of a running session was lost (the client reconnects)."""
 
 
 def open_audio(opts: TalkOptions) -> tuple[Microphone, Speaker]:
@@ -122,7 +136,7 @@ class _Session:
     def __init__(
         self,
         ws: ClientConnection,
-        ready: Msg,
+        ready: Ready,
         mic: Microphone,
         speaker: Speaker,
         screen: Screen,
@@ -132,25 +146,25 @@ class _Session:
         self.mic = mic
         self.speaker = speaker
         self.screen = screen
-        self.view = TurnView(ready.get("budgets", {}), colour=colour)
+        self.view = TurnView(ready.budgets_ms, colour=colour)
         self.recording = False
         self.replying: set[int] = set()
 
-    async def send(self, msg: Msg) -> None:
-        await self.ws.send(json.dumps(msg))
+    async def send(self, msg: ClientMessage) -> None:
+        await self.ws.send(msg.serialize())
 
     async def toggle(self) -> None:
         if self.recording:
             self.recording = False
-            await self.send({"type": "ptt.end"})
+            await self.send(PttEnd())
             self.screen.status("", meter="")
             return
         if self.replying or self.speaker.player.busy:
-            await self.send({"type": "interrupt"})
+            await self.send(Interrupt())
             self.speaker.player.clear()
         self.mic.rewind()
         self.recording = True
-        await self.send({"type": "ptt.start"})
+        await self.send(PttStart())
         self.screen.status("recording (press again to stop)", meter="")
 
     async def microphone(self) -> None:
@@ -163,9 +177,9 @@ class _Session:
                     else "REC " + level_meter(float(np.abs(block).max(initial=0.0)))
                 )
                 self.screen.status(meter=meter)
-                await self.ws.send(pcm_frame(block))
+                await self.ws.send(pcm16_frame(block))
             else:
-                await self.ws.send(pcm_frame(np.zeros(len(block), dtype=np.float32)))
+                await self.ws.send(pcm16_frame(np.zeros(len(block), dtype=np.float32)))
 
     async def reports(self) -> None:
         last = -1
@@ -173,29 +187,25 @@ class _Session:
             await asyncio.sleep(REPORT_S)
             played = self.speaker.player.played
             if played != last:
-                await self.send({"type": "playback", "played": played})
+                await self.send(Playback(played))
                 last = played
 
     async def receive(self) -> None:
-        header: Msg | None = None
+        stream = ServerStream()
         async for data in self.ws:
             if isinstance(data, bytes):
-                if header is not None:
-                    pcm = np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
-                    self.speaker.player.add(int(header["turn_id"]), pcm)
-                header = None
+                if (audio := stream.binary(data)) is not None:
+                    self.speaker.player.add(audio.turn_id, audio.pcm.astype(np.float32) / 32768.0)
                 continue
-            msg = json.loads(data)
-            kind = msg.get("type")
-            if kind == "assistant.audio":
-                header = msg
-            elif kind == "audio.clear":
-                played = self.speaker.player.clear(int(msg["turn_id"]))
-                await self.send({"type": "playback", "played": played, "cleared": msg["turn_id"]})
-            elif kind in ("assistant.text", "reply.resumed"):
-                self.replying.add(int(msg["turn_id"]))
-            elif kind in ("reply.interrupted", "turn.latency", "turn.continued"):
-                self.replying.discard(int(msg["turn_id"]))
+            msg = stream.text(data)
+            match msg:
+                case AudioClear(turn_id=tid):
+                    played = self.speaker.player.clear(tid)
+                    await self.send(Playback(played, cleared=tid))
+                case AssistantText(turn_id=tid) | ReplyResumed(turn_id=tid):
+                    self.replying.add(tid)
+                case ReplyInterrupted(turn_id=tid) | TurnLatency(turn_id=tid) | TurnContinued(turn_id=tid):
+                    self.replying.discard(tid)
             for update in self.view.event(msg):
                 if isinstance(update, Line):
                     self.screen.line(update.text)
@@ -204,7 +214,7 @@ class _Session:
 
 
 async def _run_session(session: _Session, keys: asyncio.Queue[str]) -> bool:
-    """Run until the user quits (True) or the connection drops (:class:`ConnectionDroppedError`)."""
+    """Run until the user quits (True) or the connection drops (:class:`SessionDroppedError`)."""
 
     async def key_loop() -> None:
         while True:
@@ -229,16 +239,15 @@ async def _run_session(session: _Session, keys: asyncio.Queue[str]) -> bool:
     for task in done:
         exc = task.exception()
         if isinstance(exc, ConnectionClosed):
-            raise ConnectionDroppedError(close_text(exc)) from exc
+            raise dropped(exc) from exc
         if exc is not None:
             raise exc
     if tasks[3] in done:  # the user quit
         with contextlib.suppress(ConnectionClosed):
-            await session.send({"type": "stop"})
+            await session.send(Stop())
             await session.ws.wait_closed()
         return True
-    ws = session.ws
-    raise ConnectionDroppedError(f"closed with {ws.close_code}: {ws.close_reason or '(no reason)'}")
+    raise SessionDroppedError(close_text_of(session.ws), session.ws.close_code)
 
 
 async def run_interactive(opts: TalkOptions, out: TextIO, err: TextIO) -> int:
@@ -269,12 +278,11 @@ async def _interactive(opts: TalkOptions, mic: Microphone, speaker: Speaker, out
         try:
             attempt = 0
             while True:
+                start = Start(mic.rate_hz, speaker.rate_hz, Capabilities(playback_reports=True))
                 try:
-                    ws, ready = await open_session(
-                        opts.url, mic.rate_hz, speaker.rate_hz, reports=True, token=opts.token
-                    )
-                except (ServerUnreachableError, ServerRefusedError) as exc:
-                    if attempt == 0:
+                    ws, ready = await open_session(opts.url, start, opts.token)
+                except ServerSessionError as exc:
+                    if attempt == 0 or not exc.retryable:
                         raise
                     delay = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
                     screen.line(f"{exc}; retrying in {delay:g} s")
@@ -291,7 +299,7 @@ async def _interactive(opts: TalkOptions, mic: Microphone, speaker: Speaker, out
                     if await _run_session(session, keys):
                         screen.line("bye")
                         return 0
-                except ConnectionDroppedError as exc:
+                except SessionDroppedError as exc:
                     speaker.player.clear()
                     attempt = 1
                     screen.line(f"connection lost ({exc}); reconnecting")

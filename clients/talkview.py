@@ -1,17 +1,28 @@
 """What ``voice-pipeline talk`` shows: pure formatting of server events, no I/O.
 
-:class:`TurnView` takes the server's JSON events one at a time and returns the
-screen updates they cause (:class:`Status`: redraw the status line; :class:`Line`:
-print a finished line). The runtime in :mod:`clients.talk` only writes them out.
+:class:`TurnView` takes the server's messages (:mod:`voice_pipeline.wire.server_messages`)
+one at a time and returns the screen updates they cause (:class:`Status`: redraw the
+status line; :class:`Line`: print a finished line). The runtime in :mod:`clients.talk`
+only writes them out.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-Msg = dict[str, Any]
+from voice_pipeline.ledger import TurnRecord
+from voice_pipeline.wire.server_messages import (
+    AssistantText,
+    ErrorReported,
+    ReplyInterrupted,
+    ServerMessage,
+    TranscriptFinal,
+    TranscriptPartial,
+    TurnContinued,
+    TurnFailed,
+    TurnLatency,
+)
 
 #: the stages of the latency line: (label, ledger stage name)
 LATENCY_STAGES: tuple[tuple[str, str], ...] = (
@@ -52,12 +63,11 @@ def level_meter(samples_peak: float, width: int = 30) -> str:
     return "[" + "#" * filled + " " * (width - filled) + f"] {max(db, -60.0):5.0f} dB"
 
 
-def latency_line(record: Msg, budgets: dict[str, float], *, colour: bool) -> str:
+def latency_line(record: TurnRecord, budgets: dict[str, float], *, colour: bool) -> str:
     """One line of a turn's stage latencies; a stage over its budget in red (if ``colour``)."""
-    stages: dict[str, float] = record.get("stages_ms", {})
     parts = []
     for label, name in LATENCY_STAGES:
-        ms = stages.get(name)
+        ms = record.stages_ms.get(name)
         if ms is None:
             parts.append(f"{label} -")
             continue
@@ -80,31 +90,29 @@ class TurnView:
         self.colour = colour
         self._reply: dict[int, str] = {}
 
-    def event(self, msg: Msg) -> list[Update]:
-        kind = msg.get("type")
-        turn = int(msg.get("turn_id", 0))
-        match kind:
-            case "transcript.partial":
-                text = f"{msg['committed']} {msg['tentative']}".strip()
+    def event(self, msg: ServerMessage) -> list[Update]:
+        match msg:
+            case TranscriptPartial(committed=committed, tentative=tentative):
+                text = f"{committed} {tentative}".strip()
                 return [Status(f"you: {text}")]
-            case "transcript.final":
-                return [Line(f"you: {msg['text']}")]
-            case "turn.continued":  # the user went on: the reply so far is void
+            case TranscriptFinal(text=text):
+                return [Line(f"you: {text}")]
+            case TurnContinued(turn_id=turn):  # the user went on: the reply so far is void
                 dropped = self._reply.pop(turn, None)
                 return [Line("  (you went on: the reply is dropped)")] if dropped is not None else []
-            case "assistant.text":
-                self._reply[turn] = self._reply.get(turn, "") + str(msg["delta"])
+            case AssistantText(turn_id=turn, delta=delta):
+                self._reply[turn] = self._reply.get(turn, "") + delta
                 return [Status(f"assistant: {self._reply[turn].strip()}")]
-            case "reply.interrupted":
-                return self._finish_reply(turn, f" [interrupted: {msg.get('reason', '')}]")
-            case "turn.latency":
+            case ReplyInterrupted(turn_id=turn, reason=reason):
+                return self._finish_reply(turn, f" [interrupted: {reason}]")
+            case TurnLatency(turn_id=turn, record=record):
                 out = self._finish_reply(turn, "")
-                return [*out, Line(latency_line(msg["record"], self.budgets, colour=self.colour))]
-            case "turn.failed":
-                return [Line(f"turn failed in {msg['stage']}: {msg['message']}")]
-            case "error":
-                return [Line(f"server error {msg['code']}: {msg['message']}")]
-        return []
+                return [*out, Line(latency_line(record, self.budgets, colour=self.colour))]
+            case TurnFailed(stage=stage, message=message):
+                return [Line(f"turn failed in {stage}: {message}")]
+            case ErrorReported(code=code, message=message):
+                return [Line(f"server error {code}: {message}")]
+        return []  # the rest (and a type from a newer server, Unknown) shows nothing
 
     def _finish_reply(self, turn: int, suffix: str) -> list[Update]:
         text = self._reply.pop(turn, None)

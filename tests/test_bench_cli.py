@@ -15,6 +15,7 @@ import pytest
 import soundfile as sf
 from fakes import Fakes
 from procs import free_port
+from records import turn_record
 
 from voice_pipeline.bench.html import to_html
 from voice_pipeline.bench.options import BenchOptions
@@ -155,10 +156,10 @@ def made_up_result() -> BenchResult:
     tr.feed(AudioCleared(2.8, 1))
     stages = {"endpointing": 300.0, "asr_final": 50.0, "llm_first_token": 100.0, "first_clause": 200.0,
               "tts_first_audio": 100.0, "transport": 1.0, "voice_to_voice": 751.0}  # fmt: skip
-    tr.feed(TurnRecorded(3.0, 1, {"interrupted": True, "stages_ms": stages}))
+    tr.feed(TurnRecorded(3.0, 1, turn_record(1, interrupted=True, stages_ms=stages)))
     tr.speech_end(nxt, 3.5)
     tr.feed(ReplyAudio(4.4, 2, 16000, 16000, voiced=True))
-    tr.feed(TurnRecorded(6.0, 2, {"interrupted": False, "stages_ms": {"voice_to_voice": 850.0}}))
+    tr.feed(TurnRecorded(6.0, 2, turn_record(2, interrupted=False, stages_ms={"voice_to_voice": 850.0})))
     step = StepResult(1, [result(obs, 0, 0.0), result(nxt, 0, 0.0)], duration_s=6.0, interrupts_planned=1)
     step.scrapes = [
         Scrape(0.0, {"process_cpu_seconds_total": 1.0, "voice_pipeline_cpu_count": 2.0,

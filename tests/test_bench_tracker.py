@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from records import turn_record
 
 from voice_pipeline.bench.scenario import Clip, TurnPlan
 from voice_pipeline.bench.tracker import (
@@ -35,7 +36,7 @@ def test_ws_voice_to_voice_counts_from_the_end_of_speech_to_the_first_voiced_fra
     tr.feed(ReplyAudio(12.25, 7, 16000, 16000, voiced=True))
     tr.feed(ReplyAudio(12.26, 99, 16000, 16000, voiced=True))  # another turn id: not ours, no owner
     assert not tr.recorded(obs)
-    tr.feed(TurnRecorded(14.0, 7, {"interrupted": False, "stages_ms": {"voice_to_voice": 700.0}}))
+    tr.feed(TurnRecorded(14.0, 7, turn_record(7, interrupted=False, stages_ms={"voice_to_voice": 700.0})))
     assert tr.recorded(obs)
     r = result(obs, 0, origin_t=10.0)
     assert r.voice_to_voice_ms == pytest.approx(750.0)
@@ -58,7 +59,7 @@ def test_ws_barge_in_stop_runs_to_the_later_of_the_last_audio_and_the_clear() ->
     tr.feed(SpeechHeard(4.1, 2))
     tr.feed(AudioCleared(4.05, 1))
     tr.feed(ReplyCut(4.9, 1, "interrupted"))
-    tr.feed(TurnRecorded(4.9, 1, {"interrupted": True}))
+    tr.feed(TurnRecorded(4.9, 1, turn_record(1, interrupted=True)))
     tr.speech_end(second, 5.5)
     tr.feed(ReplyAudio(6.1, 2, 8000, 16000, voiced=True))
     cut = result(first, 0, 0.0)

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 import numpy as np
 import pytest
+from test_server_protocol import record
 
 from clients.audio_io import NO_INPUT, AudioDeviceError, Player, pick_device, wire_rate
 from clients.talkview import GREEN, RED, Line, Status, TurnView, latency_line, level_meter
 from voice_pipeline import cli
+from voice_pipeline.wire.server_messages import from_json
 
-RECORD = {
-    "stages_ms": {"endpointing": 2.0, "asr_final": 90.0, "llm_first_token": 400.0, "voice_to_voice": 700}
-}
+RECORD = dataclasses.replace(
+    record(1),
+    stages_ms={"endpointing": 2.0, "asr_final": 90.0, "llm_first_token": 400.0, "voice_to_voice": 700},
+)
+
 BUDGETS = {"endpointing": 350.0, "asr_final": 150.0, "llm_first_token": 150.0, "voice_to_voice": 800.0}
 
 
@@ -43,23 +48,23 @@ def test_turn_view_partial_then_final_then_streamed_reply_then_latency() -> None
         ({"type": "assistant.text", "turn_id": 1, "delta": " It is"}, [Status("assistant: It is")]),
         ({"type": "assistant.text", "turn_id": 1, "delta": " noon."}, [Status("assistant: It is noon.")]),
         (
-            {"type": "turn.latency", "turn_id": 1, "record": RECORD},
+            {"type": "turn.latency", "turn_id": 1, "record": RECORD.as_dict()},
             [
                 Line("assistant: It is noon."),
                 Line(latency_line(RECORD, BUDGETS, colour=False)),
             ],
         ),
     ]
-    for msg, expected in events:
-        assert view.event(msg) == expected, msg
+    for obj, expected in events:
+        assert view.event(from_json(obj)) == expected, obj
 
 
 def test_turn_view_marks_an_interrupted_reply() -> None:
     view = TurnView({}, colour=False)
-    view.event({"type": "assistant.text", "turn_id": 3, "delta": "Once upon"})
-    assert view.event({"type": "reply.interrupted", "turn_id": 3, "reason": "explicit interrupt"}) == [
-        Line("assistant: Once upon [interrupted: explicit interrupt]")
-    ]
+    view.event(from_json({"type": "assistant.text", "turn_id": 3, "delta": "Once upon"}))
+    assert view.event(
+        from_json({"type": "reply.interrupted", "turn_id": 3, "reason": "explicit interrupt"})
+    ) == [Line("assistant: Once upon [interrupted: explicit interrupt]")]
 
 
 @pytest.mark.parametrize(("peak", "db"), [(1.0, "0 dB"), (0.001, "-60 dB"), (0.0, "-60 dB")])

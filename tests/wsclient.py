@@ -2,7 +2,8 @@
 
 * :class:`VoiceClient` records every server message (JSON events, and each
   ``assistant.audio`` header paired with its binary frame) and lets a test wait
-  for one.
+  for one. It parses them with :mod:`voice_pipeline.wire` (a malformed message
+  fails the test) and keeps each as its JSON object, for the tests to read.
 * Its microphone sends 20 ms PCM16 frames at real-time pace, always: what was
   queued with :meth:`VoiceClient.say`, else silence.
 * With ``playback_reports`` it also simulates the listener: it plays the reply
@@ -26,7 +27,8 @@ from numpy.typing import NDArray
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from voice_pipeline.audio import to_int16
+from voice_pipeline.wire.client_messages import Capabilities, ClientMessage, Playback, Start, pcm16_frame
+from voice_pipeline.wire.server_messages import AudioClear, ServerMessageError, ServerStream
 
 FRAME_MS = 20
 REPORT_S = 0.1
@@ -78,8 +80,10 @@ class VoiceClient:
         self._changed = asyncio.Event()
         self._speech: deque[NDArray[np.float32]] = deque()
         self._tasks: list[asyncio.Task[None]] = []
-        self._header: Msg | None = None
+        self._stream = ServerStream()
         self.closed = False
+        #: why the reader stopped if the server broke the protocol (a message that does not parse)
+        self.broken: str | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -89,11 +93,8 @@ class VoiceClient:
     async def start(
         self, *, sample_rate: int = 16000, output_sample_rate: int | None = None, reports: bool = False
     ) -> Msg:
-        msg: Msg = {"type": "start", "version": 1, "sample_rate": sample_rate, "format": "pcm16"}
-        if output_sample_rate is not None:
-            msg["output_sample_rate"] = output_sample_rate
-        msg["capabilities"] = {"playback_reports": reports, "echo_cancellation": False}
-        await self.send(msg)
+        out_rate = sample_rate if output_sample_rate is None else output_sample_rate
+        await self.send(Start(sample_rate, out_rate, Capabilities(playback_reports=reports)))
         ready = await self.wait_for(lambda m: m["type"] == "ready")
         if reports:
             self.listener = Listener(int(ready["output_sample_rate"]))
@@ -111,8 +112,13 @@ class VoiceClient:
 
     # ------------------------------------------------------------ sending
 
-    async def send(self, msg: Msg | str | bytes) -> None:
-        await self.ws.send(json.dumps(msg) if isinstance(msg, dict) else msg)
+    async def send(self, msg: ClientMessage | Msg | str | bytes) -> None:
+        """A typed message, a JSON object as it is (tests send malformed ones), or a raw frame."""
+        if isinstance(msg, dict):
+            msg = json.dumps(msg)
+        elif not isinstance(msg, str | bytes):
+            msg = msg.serialize()
+        await self.ws.send(msg)
 
     def say(self, speech: NDArray[np.float32]) -> None:
         self._speech.append(speech)
@@ -131,7 +137,7 @@ class VoiceClient:
                     chunk = np.concatenate([chunk, np.zeros(frame - len(chunk), dtype=np.float32)])
                 n += 1
                 await asyncio.sleep(max(0.0, t0 + n * FRAME_MS / 1000 - loop.time()))
-                await self.ws.send(to_int16(chunk).astype("<i2").tobytes())
+                await self.ws.send(pcm16_frame(chunk))
 
     @property
     def speaking(self) -> bool:
@@ -143,24 +149,22 @@ class VoiceClient:
         try:
             async for data in self.ws:
                 if isinstance(data, bytes):
-                    assert self._header is not None, "binary frame without an assistant.audio header"
-                    frame = AudioFrame(self._header, np.frombuffer(data, dtype="<i2").astype(np.int16))
-                    self._header = None
-                    self.audio.append(frame)
+                    audio = self._stream.binary(data)
+                    assert audio is not None, "binary frame without an assistant.audio header"
+                    self.audio.append(AudioFrame(audio.header.to_json(), audio.pcm))
                     if self.listener is not None:
-                        self.listener.receive(int(frame.header["turn_id"]), len(frame.pcm))
+                        self.listener.receive(audio.turn_id, len(audio.pcm))
                 else:
-                    msg = json.loads(data)
-                    self.messages.append(msg)
-                    if msg["type"] == "assistant.audio":
-                        self._header = msg
-                    elif msg["type"] == "audio.clear" and self.listener is not None:
-                        self.listener.clear(int(msg["turn_id"]))
-                        ack = {"type": "playback", "played": self.listener.played, "cleared": msg["turn_id"]}
-                        await self.send(ack)
+                    msg = self._stream.text(data)
+                    self.messages.append(msg.to_json())
+                    if isinstance(msg, AudioClear) and self.listener is not None:
+                        self.listener.clear(msg.turn_id)
+                        await self.send(Playback(self.listener.played, cleared=msg.turn_id))
                 self._notify()
         except ConnectionClosed:
             pass
+        except ServerMessageError as exc:
+            self.broken = str(exc)
         self.closed = True
         self._notify()
 
@@ -174,7 +178,7 @@ class VoiceClient:
                 now = loop.time()
                 self.listener.advance(now - last)
                 last = now
-                await self.send({"type": "playback", "played": self.listener.played})
+                await self.send(Playback(self.listener.played))
                 self._notify()
 
     def _notify(self) -> None:
@@ -185,7 +189,8 @@ class VoiceClient:
         async with asyncio.timeout(timeout_s):
             while not condition():
                 if self.closed:
-                    raise AssertionError(f"closed while waiting: {self.ws.close_code} {self.ws.close_reason}")
+                    why = self.broken or f"{self.ws.close_code} {self.ws.close_reason}"
+                    raise AssertionError(f"closed while waiting: {why}")
                 await self._changed.wait()
 
     async def wait_for(self, match: Callable[[Msg], bool], timeout_s: float = 90.0) -> Msg:

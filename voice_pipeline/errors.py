@@ -15,7 +15,10 @@ code that raises them; this module holds the root and the shared bases)::
     │                                   retryable): engines, transcribers, sessions
     ├── RemoteProtocolError             the peer sent something this side cannot use: a client
     │   │                               error, answered in the protocol's own way, never a crash
-    │   ├── ClientMessageError          /ws (server/protocol.py; ``code`` = the wire error code)
+    │   ├── ClientMessageError          /ws, a client's message (wire/client_messages.py; ``code`` =
+    │   │                               the wire error code)
+    │   ├── ServerMessageError          /ws, a server's message a client cannot use
+    │   │                               (wire/server_messages.py)
     │   ├── TwilioMessageError          Twilio Media Streams (telephony/twilio.py)
     │   ├── AudioSocketError            Asterisk AudioSocket (telephony/audiosocket.py)
     │   └── RealtimeClientError         OpenAI Realtime (realtime/errors.py; ``error`` = its shape)
@@ -23,16 +26,15 @@ code that raises them; this module holds the root and the shared bases)::
     │   │                               not bad input (h11's distinction)
     │   ├── TurnStateError              a turn transition not in the table (turnstate.py)
     │   └── ResponseSequenceError       a Realtime response event out of order (realtime/response.py)
-    ├── BenchError                      ``voice-pipeline bench`` cannot go on (bench/errors.py)
+    ├── ServerSessionError              a client's connection to a server (connect.py: talk and
+    │   │                               bench; ``code``, ``retryable``); itself: not a WebSocket URL
     │   ├── ServerUnreachableError      nothing answers at the URL
-    │   ├── SessionRefusedError         the server refused a session (``code``)
-    │   ├── SessionDroppedError         the server closed a session mid-run (``code``)
+    │   ├── SessionRefusedError         the server refused the connection or the session (``code``)
+    │   └── SessionDroppedError         a running session's connection closed (talk reconnects)
+    ├── BenchError                      ``voice-pipeline bench`` cannot go on (bench/errors.py)
     │   └── ArgumentsError              bad command-line arguments (bench/cli.py)
-    ├── TalkError                       ``voice-pipeline talk`` cannot go on (clients/talk.py)
-    │   ├── ServerUnreachableError      (the client's own: clients/talk.py)
-    │   ├── ServerRefusedError          the server refused the session
-    │   ├── ServerFailedError           the server reported a failure that ends the session
-    │   └── ConnectionDroppedError      the connection dropped (clients/talk_tty.py reconnects)
+    ├── TalkError                       ``voice-pipeline talk`` cannot go on (clients/talk_options.py)
+    │   └── ServerFailedError           the server reported a failure that ends the session
     └── AudioDeviceError                no usable microphone or speaker (clients/audio_io.py)
 """
 

@@ -48,8 +48,9 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from voice_pipeline.config import BudgetConfig
 
@@ -153,8 +154,8 @@ class WorkAccount:
     heard_chars: int
 
     @property
-    def wasted_audio_s(self) -> float:
-        return max(0.0, self.audio_synthesized_s - self.audio_heard_s)
+    def wasted_audio_s(self) -> float:  # to the ms, so that the record's three figures add up
+        return max(0.0, round(self.audio_synthesized_s, 3) - round(self.audio_heard_s, 3))
 
     @property
     def wasted_tokens(self) -> int:
@@ -284,6 +285,30 @@ class TurnRecord:
             },
             "discarded": {"llm_tokens": self.discarded_tokens, "audio_s": round(self.discarded_audio_s, 3)},
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], origin_ns: int = 0) -> TurnRecord:
+        """The inverse of :meth:`as_dict` (``marks``: ms after ``origin_ns``; the work's character
+        counts are the texts', as :meth:`TurnLedger.finish` sets them). KeyError: a key is missing."""
+        asr, llm, path, work, gone, eot, text, heard = (d[k] for k in _UNPACK)
+        return cls(
+            **{k: d[k] for k in _PLAIN_KEYS},
+            marks_ns={k: origin_ns + round(ms * 1e6) for k, ms in d["marks"].items()},
+            budgets_broken=tuple(BudgetBreach(**b) for b in d["budgets_broken"]),
+            work=WorkAccount(*(work[k] for k in _WORK_KEYS), *map(len, (text, heard))),
+            asr_decode_ms=asr["decode_ms"], asr_speculative=asr["speculative"],
+            **{f"llm_{k}": llm[k] for k in ("prefetched", "prompt_tokens", "cached_tokens", "prefill_ms")},
+            compute_ms=dict(path["compute_ms"]), overhead_ms=path["overhead_ms"],
+            end_of_turn=None if eot is None else EndOfTurnRecord(**eot),
+            discarded_tokens=gone["llm_tokens"], discarded_audio_s=gone["audio_s"],
+        )  # fmt: skip
+
+
+#: :meth:`TurnRecord.as_dict`'s keys that are the record's fields; those unpacked; the work's figures
+_PLAIN_KEYS = ("turn_id", "user_text", "assistant_text", "heard_text", "interrupted", "stages_ms",
+               "false_interruptions", "interruption", "failed", "filler_ms", "continuations")  # fmt: skip
+_UNPACK = ("asr", "llm", "critical_path", "work", "discarded", "end_of_turn", "assistant_text", "heard_text")
+_WORK_KEYS = ("llm_tokens", "audio_synthesized_s", "audio_heard_s")
 
 
 class TurnLedger:

@@ -22,9 +22,9 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from voice_pipeline.bench.errors import SessionDroppedError
 from voice_pipeline.bench.scenario import SessionPlan, TurnPlan, sample_time
 from voice_pipeline.bench.tracker import Tracker, TurnObservation, TurnResult, WireEvent, result
+from voice_pipeline.connect import SessionDroppedError
 
 FRAME_MS = 20
 

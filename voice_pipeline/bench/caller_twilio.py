@@ -26,9 +26,8 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from voice_pipeline.audio import to_int16
-from voice_pipeline.bench.caller_ws import close_text_of, open_websocket
-from voice_pipeline.bench.errors import SessionRefusedError
 from voice_pipeline.bench.tracker import VOICED_LEVEL, AudioCleared, ReplyAudio, WireEvent
+from voice_pipeline.connect import SessionRefusedError, close_text_of, connect
 from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.telephony import mulaw
 
@@ -53,7 +52,7 @@ class TwilioCaller:
         self._echo_task: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
-        ws = await open_websocket(self.url, {})
+        ws = await connect(self.url)
         self._ws = ws
         start = {
             "accountSid": "ACbench",

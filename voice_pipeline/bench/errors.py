@@ -1,7 +1,9 @@
-"""The bench's errors, under the project's one root::
+"""The bench's own error, under the project's one root::
 
 VoicePipelineError
-└── BenchError                  the bench cannot go on (printed, never a traceback)
+├── BenchError                  the bench cannot go on (printed, never a traceback)
+│   └── ArgumentsError          bad command-line arguments (bench/cli.py)
+└── ServerSessionError          the connection (voice_pipeline/connect.py), shared with talk:
     ├── ServerUnreachableError  nothing answers at the URL (connection refused, DNS, timeout)
     ├── SessionRefusedError     the server refused a session: ``code`` 1013 (session
     │                           limit), 1008 (origin / token), or an HTTP status (401, 403, 404)
@@ -15,19 +17,3 @@ from voice_pipeline.errors import VoicePipelineError
 
 class BenchError(VoicePipelineError):
     """The bench cannot go on."""
-
-
-class ServerUnreachableError(BenchError):
-    pass
-
-
-class SessionRefusedError(BenchError):
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class SessionDroppedError(BenchError):
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code

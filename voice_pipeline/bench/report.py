@@ -60,7 +60,7 @@ def server_summary(step: StepResult, budgets: dict[str, float]) -> dict[str, Sum
     records = [rec for t in step.turns for rec in t.records]
     out: dict[str, Summary] = {}
     for stage in STAGES:
-        values = [float(r["stages_ms"][stage.name]) for r in records if stage.name in r.get("stages_ms", {})]
+        values = [r.stages_ms[stage.name] for r in records if stage.name in r.stages_ms]
         s = summarize(values, budgets.get(stage.name))
         if s is not None:
             out[stage.name] = s
@@ -88,9 +88,8 @@ def turn_taking_summary(step: StepResult, budgets: dict[str, float]) -> dict[str
     rules: dict[str, int] = {}
     for t in turns:
         for rec in t.records:
-            eot = rec.get("end_of_turn")
-            if isinstance(eot, dict) and eot.get("rule"):
-                rules[str(eot["rule"])] = rules.get(str(eot["rule"]), 0) + 1
+            if rec.end_of_turn is not None and rec.end_of_turn.rule:
+                rules[rec.end_of_turn.rule] = rules.get(rec.end_of_turn.rule, 0) + 1
     return {
         "paused_turns": len(paused),
         "premature_end_rate": round(early / len(judged), 3) if judged else None,
@@ -109,31 +108,28 @@ def pipeline_summary(step: StepResult) -> dict[str, Any] | None:
     """From the ledger records (/ws): how much of voice_to_voice was model compute on the
     critical path and how much the pipeline itself added (``critical_path`` of each
     record), and the share of turns that broke any budget."""
-    records = [rec for t in step.turns for rec in t.records if "voice_to_voice" in rec.get("stages_ms", {})]
+    records = [rec for t in step.turns for rec in t.records if "voice_to_voice" in rec.stages_ms]
     if not records:
         return None
-    v2v = [float(r["stages_ms"]["voice_to_voice"]) for r in records]
+    v2v = [r.stages_ms["voice_to_voice"] for r in records]
     out: dict[str, Any] = {
         "turns": len(records),
-        "turns_over_budget_share": round(
-            sum(bool(r.get("budgets_broken")) for r in records) / len(records), 3
-        ),
+        "turns_over_budget_share": round(sum(bool(r.budgets_broken) for r in records) / len(records), 3),
     }
-    # (critical path, voice_to_voice) of the records that have one
+    # (overhead, compute, voice_to_voice) of the records that have a critical path
     measured = [
-        (r["critical_path"], total)
+        (r.overhead_ms, r.compute_ms, total)
         for r, total in zip(records, v2v, strict=True)
-        if r.get("critical_path", {}).get("overhead_ms") is not None
+        if r.overhead_ms is not None
     ]
     if measured:
-        overhead = [float(path["overhead_ms"]) for path, _ in measured]
-        total_v2v = sum(total for _, total in measured)
+        overhead = [over for over, _, _ in measured]
+        total_v2v = sum(total for _, _, total in measured)
         out["overhead_ms"] = summarize(overhead).as_dict()  # type: ignore[union-attr]  # not empty
         out["overhead_share"] = round(sum(overhead) / total_v2v, 3) if total_v2v else None
-        names = sorted({k for path, _ in measured for k in path["compute_ms"]})
+        names = sorted({k for _, compute, _ in measured for k in compute})
         out["compute_ms_p50"] = {
-            k: round(percentile([float(path["compute_ms"].get(k, 0.0)) for path, _ in measured], 50), 1)
-            for k in names
+            k: round(percentile([compute.get(k, 0.0) for _, compute, _ in measured], 50), 1) for k in names
         }
     out["voice_to_voice_p50"] = round(percentile(v2v, 50), 1)
     return out
@@ -450,8 +446,8 @@ def format_turn(turn: TurnResult) -> str:
     if turn.voice_to_voice_ms is not None:
         parts.append(f"voice-to-voice {turn.voice_to_voice_ms:.0f} ms")
     rec = turn.record
-    if rec and "voice_to_voice" in rec.get("stages_ms", {}):
-        parts.append(f"(server {rec['stages_ms']['voice_to_voice']:.0f} ms)")
+    if rec and "voice_to_voice" in rec.stages_ms:
+        parts.append(f"(server {rec.stages_ms['voice_to_voice']:.0f} ms)")
     if turn.barge_in_stop_ms is not None:
         parts.append(f"barge-in stop {turn.barge_in_stop_ms:.0f} ms")
     if turn.premature_end:

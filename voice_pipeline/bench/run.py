@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 from voice_pipeline.bench.caller import Caller, CallerIO, CallerOptions
 from voice_pipeline.bench.caller_twilio import TwilioCaller
 from voice_pipeline.bench.caller_ws import WebSocketCaller
-from voice_pipeline.bench.errors import BenchError, ServerUnreachableError, SessionRefusedError
+from voice_pipeline.bench.errors import BenchError
 from voice_pipeline.bench.options import BenchOptions
 from voice_pipeline.bench.scenario import Speech, interrupt_count, plan_step
 from voice_pipeline.bench.stats import (
@@ -38,6 +38,7 @@ from voice_pipeline.bench.stats import (
 )
 from voice_pipeline.bench.tracker import TurnResult
 from voice_pipeline.config import BudgetConfig
+from voice_pipeline.connect import ServerSessionError, ServerUnreachableError, SessionRefusedError
 from voice_pipeline.ledger import STAGES
 from voice_pipeline.machine import this_cpu
 
@@ -224,7 +225,7 @@ async def run_step(
             for c in callers:
                 tg.create_task(c.run())
     except BaseExceptionGroup as group:
-        bench = [e for e in _leaves(group) if isinstance(e, BenchError)]
+        bench = [e for e in _leaves(group) if isinstance(e, BenchError | ServerSessionError)]
         if bench:
             raise bench[0] from None
         raise

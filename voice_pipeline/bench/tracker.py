@@ -20,6 +20,14 @@ client-side figures:
 
 Reply audio is attributed by ``turn_id`` where the protocol has one (/ws);
 otherwise (Twilio) to the latest turn whose speech had ended when it arrived.
+
+Times here are seconds (``t_s``, ``*_t``) on the event loop's clock (``loop.time()``,
+monotonic), not integer ns like the pipeline's events: the bench's microphone is paced by
+that clock (``asyncio.sleep``), its figures are reported in s and ms, and nothing here
+is ever compared with a server's clock (the server's own times arrive in its records, as
+ms since its ``ready``); a double holds loop time to well under a microsecond.
+The server's latency records are the ledger's typed :class:`~voice_pipeline.ledger.TurnRecord`
+(parsed from ``turn.latency``).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voice_pipeline.bench.scenario import TurnPlan
+from voice_pipeline.ledger import TurnRecord
 
 #: a reply sample above this (-50 dBFS of int16 full scale) is voiced
 VOICED_LEVEL = 104
@@ -35,7 +44,7 @@ VOICED_LEVEL = 104
 
 @dataclass(frozen=True, slots=True)
 class ReplyAudio:
-    t: float
+    t_s: float
     turn_id: int | None
     samples: int
     rate_hz: int
@@ -44,26 +53,26 @@ class ReplyAudio:
 
 @dataclass(frozen=True, slots=True)
 class SpeechHeard:
-    t: float
+    t_s: float
     turn_id: int
 
 
 @dataclass(frozen=True, slots=True)
 class AudioCleared:
-    t: float
+    t_s: float
     turn_id: int | None
 
 
 @dataclass(frozen=True, slots=True)
 class TurnRecorded:
-    t: float
+    t_s: float
     turn_id: int
-    record: dict[str, Any]
+    record: TurnRecord
 
 
 @dataclass(frozen=True, slots=True)
 class ReplyCut:
-    t: float
+    t_s: float
     turn_id: int
     reason: str
 
@@ -72,13 +81,13 @@ class ReplyCut:
 class TurnContinuedSeen:
     """/ws ``turn.continued``: the server ended the turn, then heard the speaker go on."""
 
-    t: float
+    t_s: float
     turn_id: int
 
 
 @dataclass(frozen=True, slots=True)
 class TurnFailedReported:
-    t: float
+    t_s: float
     turn_id: int
     stage: str
     message: str
@@ -101,7 +110,7 @@ class TurnObservation:
     audio_s: float = 0.0
     playout_end_t: float = 0.0
     cleared_t: list[float] = field(default_factory=list)
-    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    records: dict[int, TurnRecord] = field(default_factory=dict)
     cut_reasons: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     interrupted_at_t: float | None = None  # onset of the speech that interrupted this reply
@@ -141,7 +150,7 @@ class Tracker:
                 if current is not None and tid not in self._by_tid:
                     self._by_tid[tid] = current
                     current.server_turn_ids.append(tid)
-            case ReplyAudio(t=t, turn_id=tid, samples=n, rate_hz=rate, voiced=voiced):
+            case ReplyAudio(t_s=t, turn_id=tid, samples=n, rate_hz=rate, voiced=voiced):
                 obs = self._owner(tid, t)
                 if obs is None:
                     return
@@ -154,7 +163,7 @@ class Tracker:
                 obs.last_audio_t = t
                 obs.audio_s += n / rate
                 obs.playout_end_t = max(obs.playout_end_t, t) + n / rate
-            case AudioCleared(t=t, turn_id=tid):
+            case AudioCleared(t_s=t, turn_id=tid):
                 obs = self._owner(tid, t, by_audio=True)
                 if obs is not None:
                     obs.cleared_t.append(t)
@@ -222,7 +231,7 @@ class TurnResult:
     reply_audio_s: float
     cleared: bool
     server_interrupted: bool | None  # from the ledger records (None: no record)
-    records: tuple[dict[str, Any], ...]
+    records: tuple[TurnRecord, ...]
     error: str | None
     #: said with pauses inside (a sentence of --pauses, or a recording with inner silences)
     paused: bool = False
@@ -235,7 +244,7 @@ class TurnResult:
     talked_over_s: float = 0.0
 
     @property
-    def record(self) -> dict[str, Any] | None:
+    def record(self) -> TurnRecord | None:
         """The ledger record of the turn's reply (the last server turn of the utterance)."""
         return self.records[-1] if self.records else None
 
@@ -260,7 +269,7 @@ class TurnResult:
             "reply_audio_s": round(self.reply_audio_s, 3),
             "cleared": self.cleared,
             "server_interrupted": self.server_interrupted,
-            "records": list(self.records),
+            "records": [r.as_dict() for r in self.records],
             "error": self.error,
             "paused": self.paused,
             "premature_end": self.premature_end,
@@ -288,7 +297,7 @@ def result(obs: TurnObservation, session: int, origin_t: float, *, has_turn_ids:
             stop = (max(ends) - onset) * 1000
     records = tuple(obs.records[tid] for tid in obs.server_turn_ids if tid in obs.records)
     # the reply's record is the last one (an utterance the server split has a record per part)
-    interrupted = bool(records[-1].get("interrupted")) if records else None
+    interrupted = records[-1].interrupted if records else None
     error = obs.error
     if error is None and obs.failures:
         error = "; ".join(obs.failures)

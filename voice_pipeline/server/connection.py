@@ -23,15 +23,14 @@ from voice_pipeline.server.outbound import Outbound, bound_send_buffer
 from voice_pipeline.server.protocol import (
     ClientMessageError,
     ClientProtocol,
+    ErrorReported,
     Interrupt,
     Playback,
     PttEnd,
     PttStart,
     Start,
     Stop,
-    dumps,
-    error_message,
-    ready_message,
+    ready,
 )
 from voice_pipeline.server.transport import WebSocketTransport
 from voice_pipeline.session import Session
@@ -102,7 +101,7 @@ class VoiceConnection:
 
     def _error(self, exc: ClientMessageError) -> None:
         log.debug("session %s: client error %s: %s", self.session_id, exc.code, exc)
-        self._out.send_text(dumps(error_message(exc.code, str(exc))))
+        self._out.send_text(ErrorReported(str(exc.code), str(exc)).serialize())
 
     async def _on_text(self, data: str) -> bool:
         """Handle one text frame; False = the session is over."""
@@ -151,8 +150,8 @@ class VoiceConnection:
         )
         self._out.on_audio_sent = transport.audio_sent
         self._out.max_audio_samples = round(self._server_cfg.max_queued_audio_s * start.output_rate_hz)
-        ready = ready_message(self.session_id, start, self._server_cfg.max_frame_bytes, self._cfg.budget)
-        self._out.send_text(dumps(ready))
+        hello = ready(self.session_id, start, self._server_cfg.max_frame_bytes, self._cfg.budget)
+        self._out.send_text(hello.serialize())
         self._input_rate_hz = start.sample_rate_hz
         self.transport = transport
         self._scope.open(transport)
