@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from voice_pipeline.ledger import TurnRecord
+from voice_pipeline.records import StageName, TurnRecord
 from voice_pipeline.wire.server_messages import (
     AssistantText,
     ErrorReported,
@@ -67,7 +67,7 @@ def latency_line(record: TurnRecord, budgets: dict[str, float], *, colour: bool)
     """One line of a turn's stage latencies; a stage over its budget in red (if ``colour``)."""
     parts = []
     for label, name in LATENCY_STAGES:
-        ms = record.stages_ms.get(name)
+        ms = record.stages_ms.get(StageName(name))
         if ms is None:
             parts.append(f"{label} -")
             continue

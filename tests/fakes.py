@@ -38,8 +38,8 @@ from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOut
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.events import Event, TurnCompleted
-from voice_pipeline.ledger import TurnRecord
 from voice_pipeline.playout import Playout
+from voice_pipeline.records import TurnRecord
 from voice_pipeline.session import Session
 
 RATE = 16000

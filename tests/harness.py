@@ -13,7 +13,7 @@ import pytest
 from fakes import Driver, FakeClock, Fakes, RecordingTransport
 
 from voice_pipeline.config import BudgetConfig, Config
-from voice_pipeline.ledger import TurnRecord
+from voice_pipeline.records import TurnRecord
 from voice_pipeline.session import Session
 
 REPLY = (

@@ -14,16 +14,14 @@ from voice_pipeline.ledger import (
     CRITICAL_PATH,
     STAGES,
     TOTAL,
-    BudgetBreach,
     Mark,
     SessionLedger,
     TurnLedger,
-    TurnRecord,
-    WorkAccount,
     covered_ns,
     critical_path,
     percentile,
 )
+from voice_pipeline.records import BudgetBreach, TurnRecord, WorkAccount
 
 MS = 1_000_000
 T0 = 5_000 * MS  # a non-zero origin, like time.monotonic_ns()

@@ -7,8 +7,10 @@ import dataclasses
 import pytest
 from records import full_record, turn_record
 
+from vad.end_of_turn import Cue, Rule
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import EndOfTurnRecord, Mark, TurnLedger, TurnRecord, WorkAccount
+from voice_pipeline.ledger import Mark, TurnLedger
+from voice_pipeline.records import EndOfTurnRecord, TurnRecord, WorkAccount
 
 ORIGINS = [0, 5_000_000_000, 123_456_789_012]
 
@@ -36,7 +38,9 @@ def test_a_record_on_the_wire_grid_comes_back_equal() -> None:
     assert TurnRecord.from_dict(grid.as_dict()) == grid
     assert grid.marks_ns == {"speech_end": 1_000_100_000, "first_audio_sent": 1_735_000_000}  # 0.1 ms
     assert grid.work == WorkAccount(17, 2.5, 1.001, len(grid.assistant_text), len(grid.heard_text))
-    assert grid.end_of_turn == EndOfTurnRecord("unsure", 612.3, 600.0, 0.457, "unfinished", 80.0, 120.1, 33.3)
+    assert grid.end_of_turn == EndOfTurnRecord(
+        Rule.UNSURE, 612.3, 600.0, 0.457, Cue.COMPLETE, 80.0, 120.1, 33.3
+    )
 
 
 def test_wasted_audio_is_what_the_record_shows_synthesized_minus_heard() -> None:

@@ -10,7 +10,8 @@ import pytest
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import STAGES, BudgetBreach, TurnRecord, WorkAccount
+from voice_pipeline.ledger import STAGES
+from voice_pipeline.records import BudgetBreach, TurnRecord, WorkAccount
 from voice_pipeline.server.protocol import (
     Capabilities,
     ClientMessageError,

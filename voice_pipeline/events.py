@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from voice_pipeline.ledger import TurnRecord
+    from voice_pipeline.records import TurnRecord
 
 
 @dataclass(frozen=True, slots=True)

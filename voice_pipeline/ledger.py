@@ -48,11 +48,20 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import BudgetConfig
+from voice_pipeline.records import (
+    BudgetBreach,
+    EndOfTurnRecord,
+    FailedStage,
+    Span,
+    StageName,
+    TurnRecord,
+    WorkAccount,
+)
 
 
 class Mark(enum.StrEnum):
@@ -80,7 +89,7 @@ class Mark(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Stage:
-    name: str
+    name: StageName
     start: Mark
     end: Mark
     budget_key: str  # field of BudgetConfig
@@ -88,23 +97,23 @@ class Stage:
 
 #: critical path, in order; consecutive, so the durations add up to the total
 CRITICAL_PATH: tuple[Stage, ...] = (
-    Stage("endpointing", Mark.SPEECH_END, Mark.ENDPOINT, "endpointing_ms"),
-    Stage("asr_final", Mark.ENDPOINT, Mark.TRANSCRIPT_FINAL, "asr_final_ms"),
-    Stage("llm_first_token", Mark.TRANSCRIPT_FINAL, Mark.LLM_FIRST_TOKEN, "llm_first_token_ms"),
-    Stage("first_clause", Mark.LLM_FIRST_TOKEN, Mark.FIRST_CLAUSE, "first_clause_ms"),
-    Stage("tts_first_audio", Mark.FIRST_CLAUSE, Mark.TTS_FIRST_AUDIO, "tts_first_audio_ms"),
-    Stage("transport", Mark.TTS_FIRST_AUDIO, Mark.FIRST_AUDIO_SENT, "transport_ms"),
+    Stage(StageName.ENDPOINTING, Mark.SPEECH_END, Mark.ENDPOINT, "endpointing_ms"),
+    Stage(StageName.ASR_FINAL, Mark.ENDPOINT, Mark.TRANSCRIPT_FINAL, "asr_final_ms"),
+    Stage(StageName.LLM_FIRST_TOKEN, Mark.TRANSCRIPT_FINAL, Mark.LLM_FIRST_TOKEN, "llm_first_token_ms"),
+    Stage(StageName.FIRST_CLAUSE, Mark.LLM_FIRST_TOKEN, Mark.FIRST_CLAUSE, "first_clause_ms"),
+    Stage(StageName.TTS_FIRST_AUDIO, Mark.FIRST_CLAUSE, Mark.TTS_FIRST_AUDIO, "tts_first_audio_ms"),
+    Stage(StageName.TRANSPORT, Mark.TTS_FIRST_AUDIO, Mark.FIRST_AUDIO_SENT, "transport_ms"),
 )
-TOTAL = Stage("voice_to_voice", Mark.SPEECH_END, Mark.FIRST_AUDIO_SENT, "voice_to_voice_ms")
+TOTAL = Stage(StageName.VOICE_TO_VOICE, Mark.SPEECH_END, Mark.FIRST_AUDIO_SENT, "voice_to_voice_ms")
 #: interrupting speech onset -> the listener flushed and nothing more sent
-BARGE_IN_STOP = Stage("barge_in_stop", Mark.BARGE_IN_ONSET, Mark.FLUSH_SENT, "barge_in_stop_ms")
+BARGE_IN_STOP = Stage(StageName.BARGE_IN_STOP, Mark.BARGE_IN_ONSET, Mark.FLUSH_SENT, "barge_in_stop_ms")
 STAGES: tuple[Stage, ...] = (*CRITICAL_PATH, TOTAL, BARGE_IN_STOP)
 
 
 #: compute spans on the critical path (see :func:`critical_path`): the end-of-turn wait
 #: (VAD hangover + the configured silence), the final ASR decode used, the LLM from its
 #: request to the first clause, Piper synthesizing that clause
-COMPUTE_SPANS = ("endpoint_wait", "asr_final", "llm", "tts")
+COMPUTE_SPANS = tuple(Span)
 
 
 def covered_ns(start: int, end: int, spans: Iterable[tuple[int, int]]) -> int:
@@ -120,8 +129,8 @@ def covered_ns(start: int, end: int, spans: Iterable[tuple[int, int]]) -> int:
 
 
 def critical_path(
-    marks: dict[Mark, int], spans: dict[str, tuple[int, int]]
-) -> tuple[dict[str, float], float] | None:
+    marks: dict[Mark, int], spans: dict[Span, tuple[int, int]]
+) -> tuple[dict[Span, float], float] | None:
     """Model compute on the voice-to-voice path, and the pipeline's overhead.
 
     The window is ``speech_end -> first_audio_sent``. Each span is clipped to it; the
@@ -136,181 +145,6 @@ def critical_path(
     return compute, (end - start - covered_ns(start, end, spans.values())) / 1e6
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetBreach:
-    stage: str
-    duration_ms: float
-    budget_ms: float
-
-
-@dataclass(frozen=True, slots=True)
-class WorkAccount:
-    """Work done for a turn and how much of it reached the listener."""
-
-    llm_tokens: int
-    audio_synthesized_s: float
-    audio_heard_s: float
-    text_chars: int
-    heard_chars: int
-
-    @property
-    def wasted_audio_s(self) -> float:  # to the ms, so that the record's three figures add up
-        return max(0.0, round(self.audio_synthesized_s, 3) - round(self.audio_heard_s, 3))
-
-    @property
-    def wasted_tokens(self) -> int:
-        if self.text_chars == 0:
-            return self.llm_tokens
-        return round(self.llm_tokens * (1 - self.heard_chars / self.text_chars))
-
-
-@dataclass(frozen=True, slots=True)
-class EndOfTurnRecord:
-    """How the user's turn was decided over (see vad/end_of_turn.py)."""
-
-    #: the rule that ended it (vad.end_of_turn.Rule)
-    rule: str
-    #: silence from the VAD's last voiced frame to the decision, ms
-    silence_ms: float
-    #: the silence the rule required, ms (0 for push-to-talk and the maximum length)
-    wait_ms: float
-    #: the turn model's P(complete) of the last pause (None: no model, or not back)
-    p_complete: float | None
-    #: what the words of the last pause said (vad.end_of_turn.Cue; None: not back)
-    cue: str | None
-    #: when the words and the model's answer came back, ms after the VAD's last voiced frame
-    words_after_ms: float | None = None
-    sound_after_ms: float | None = None
-    #: the turn model's own compute time on the last pause, ms
-    sound_compute_ms: float | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        def r(v: float | None, nd: int = 1) -> float | None:
-            return None if v is None else round(v, nd)
-
-        return {
-            "rule": self.rule,
-            "silence_ms": r(self.silence_ms),
-            "wait_ms": r(self.wait_ms),
-            "p_complete": r(self.p_complete, 3),
-            "cue": self.cue,
-            "words_after_ms": r(self.words_after_ms),
-            "sound_after_ms": r(self.sound_after_ms),
-            "sound_compute_ms": r(self.sound_compute_ms),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRecord:
-    """What the ledger knows about one finished turn (JSON-ready via :meth:`as_dict`)."""
-
-    turn_id: int
-    user_text: str
-    assistant_text: str
-    heard_text: str
-    interrupted: bool
-    marks_ns: dict[str, int]
-    stages_ms: dict[str, float]
-    budgets_broken: tuple[BudgetBreach, ...]
-    work: WorkAccount
-    asr_decode_ms: float
-    asr_speculative: bool
-    #: the LLM was started on the speculative transcript, before the endpoint
-    llm_prefetched: bool = False
-    #: this reply was paused by speech that turned out not to be an interruption
-    false_interruptions: int = 0
-    #: for a user turn spoken over the assistant: what it was (bargein.InterruptionKind)
-    interruption: str | None = None
-    #: the stage that failed ("asr", "llm", "tts"), if the turn failed
-    failed: str | None = None
-    #: end of user speech -> filler audio sent, if a filler was spoken (not voice_to_voice)
-    filler_ms: float | None = None
-    #: model compute inside voice_to_voice, per span of :data:`COMPUTE_SPANS` (ms)
-    compute_ms: dict[str, float] = field(default_factory=dict)
-    #: voice_to_voice minus the union of the compute spans (ms); None without voice_to_voice
-    overhead_ms: float | None = None
-    #: how the user's turn ended (None for a turn that never ended on its own)
-    end_of_turn: EndOfTurnRecord | None = None
-    #: times the user went on after the end of this turn, before its reply was heard
-    #: (the reply was dropped and both parts transcribed as one message)
-    continuations: int = 0
-    #: work of those dropped replies (``work`` is the answer's own)
-    discarded_tokens: int = 0
-    discarded_audio_s: float = 0.0
-    #: the reply's LLM request, as its engine reported it (None: not known): prompt tokens,
-    #: how many of them came from the prefix cache, and request -> first token (ms)
-    llm_prompt_tokens: int | None = None
-    llm_cached_tokens: int | None = None
-    llm_prefill_ms: float | None = None
-
-    def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
-        marks = (
-            timeline if timeline is not None else {k: (v - origin_ns) / 1e6 for k, v in self.marks_ns.items()}
-        )
-        return {
-            "turn_id": self.turn_id,
-            "user_text": self.user_text,
-            "assistant_text": self.assistant_text,
-            "heard_text": self.heard_text,
-            "interrupted": self.interrupted,
-            "marks": {k: round(v, 1) for k, v in marks.items()},
-            "stages_ms": {k: round(v, 1) for k, v in self.stages_ms.items()},
-            "budgets_broken": [
-                {"stage": b.stage, "duration_ms": round(b.duration_ms, 1), "budget_ms": b.budget_ms}
-                for b in self.budgets_broken
-            ],
-            "asr": {"decode_ms": round(self.asr_decode_ms, 1), "speculative": self.asr_speculative},
-            "llm": {
-                "prefetched": self.llm_prefetched,
-                "prompt_tokens": self.llm_prompt_tokens,
-                "cached_tokens": self.llm_cached_tokens,
-                "prefill_ms": None if self.llm_prefill_ms is None else round(self.llm_prefill_ms, 1),
-            },
-            "false_interruptions": self.false_interruptions,
-            "interruption": self.interruption,
-            "failed": self.failed,
-            "filler_ms": None if self.filler_ms is None else round(self.filler_ms, 1),
-            "end_of_turn": None if self.end_of_turn is None else self.end_of_turn.as_dict(),
-            "continuations": self.continuations,
-            "critical_path": {
-                "compute_ms": {k: round(v, 1) for k, v in self.compute_ms.items()},
-                "overhead_ms": None if self.overhead_ms is None else round(self.overhead_ms, 1),
-            },
-            "work": {
-                "llm_tokens": self.work.llm_tokens,
-                "wasted_tokens": self.work.wasted_tokens,
-                "audio_synthesized_s": round(self.work.audio_synthesized_s, 3),
-                "audio_heard_s": round(self.work.audio_heard_s, 3),
-                "wasted_audio_s": round(self.work.wasted_audio_s, 3),
-            },
-            "discarded": {"llm_tokens": self.discarded_tokens, "audio_s": round(self.discarded_audio_s, 3)},
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], origin_ns: int = 0) -> TurnRecord:
-        """The inverse of :meth:`as_dict` (``marks``: ms after ``origin_ns``; the work's character
-        counts are the texts', as :meth:`TurnLedger.finish` sets them). KeyError: a key is missing."""
-        asr, llm, path, work, gone, eot, text, heard = (d[k] for k in _UNPACK)
-        return cls(
-            **{k: d[k] for k in _PLAIN_KEYS},
-            marks_ns={k: origin_ns + round(ms * 1e6) for k, ms in d["marks"].items()},
-            budgets_broken=tuple(BudgetBreach(**b) for b in d["budgets_broken"]),
-            work=WorkAccount(*(work[k] for k in _WORK_KEYS), *map(len, (text, heard))),
-            asr_decode_ms=asr["decode_ms"], asr_speculative=asr["speculative"],
-            **{f"llm_{k}": llm[k] for k in ("prefetched", "prompt_tokens", "cached_tokens", "prefill_ms")},
-            compute_ms=dict(path["compute_ms"]), overhead_ms=path["overhead_ms"],
-            end_of_turn=None if eot is None else EndOfTurnRecord(**eot),
-            discarded_tokens=gone["llm_tokens"], discarded_audio_s=gone["audio_s"],
-        )  # fmt: skip
-
-
-#: :meth:`TurnRecord.as_dict`'s keys that are the record's fields; those unpacked; the work's figures
-_PLAIN_KEYS = ("turn_id", "user_text", "assistant_text", "heard_text", "interrupted", "stages_ms",
-               "false_interruptions", "interruption", "failed", "filler_ms", "continuations")  # fmt: skip
-_UNPACK = ("asr", "llm", "critical_path", "work", "discarded", "end_of_turn", "assistant_text", "heard_text")
-_WORK_KEYS = ("llm_tokens", "audio_synthesized_s", "audio_heard_s")
-
-
 class TurnLedger:
     """Marks of one turn. The first timestamp of a mark wins (later ones are ignored)."""
 
@@ -318,16 +152,16 @@ class TurnLedger:
         self.turn_id = turn_id
         self._budget = budget
         self._marks: dict[Mark, int] = {}
-        self._spans: dict[str, tuple[int, int]] = {}
+        self._spans: dict[Span, tuple[int, int]] = {}
         self._breaches: list[BudgetBreach] = []
         self.llm_tokens = 0
         self.audio_synthesized_s = 0.0
         self.asr_decode_ms = 0.0
         self.asr_speculative = False
         self.false_interruptions = 0
-        self.interruption: str | None = None
+        self.interruption: InterruptionKind | None = None
         self.llm_prefetched = False
-        self.failed: str | None = None
+        self.failed: FailedStage | None = None
         self.end_of_turn: EndOfTurnRecord | None = None
         self.continuations = 0
         self.discarded_tokens = 0
@@ -389,7 +223,7 @@ class TurnLedger:
         self.llm_prompt_tokens = self.llm_cached_tokens = None
         self.llm_prefill_ms = None
 
-    def compute(self, name: str, start_ns: int, end_ns: int) -> None:
+    def compute(self, name: Span, start_ns: int, end_ns: int) -> None:
         """Record a model's compute span on the critical path (the first one of a name wins)."""
         if name not in self._spans and end_ns >= start_ns:
             self._spans[name] = (start_ns, end_ns)
@@ -400,9 +234,9 @@ class TurnLedger:
     def get(self, mark: Mark) -> int | None:
         return self._marks.get(mark)
 
-    def stages_ms(self) -> dict[str, float]:
+    def stages_ms(self) -> dict[StageName, float]:
         """Durations of every stage whose two marks are present."""
-        out: dict[str, float] = {}
+        out: dict[StageName, float] = {}
         for stage in STAGES:
             a, b = self._marks.get(stage.start), self._marks.get(stage.end)
             if a is not None and b is not None:

@@ -41,13 +41,14 @@ from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.heard import SpokenClause, heard_text
 from voice_pipeline.ledger import Mark
+from voice_pipeline.records import FailedStage, Span
 from voice_pipeline.transport import Transport
 
 log = logging.getLogger(__name__)
 
 MarkFn = Callable[[Mark, int], None]
 #: records a model's compute span on the critical path: (name, start_ns, end_ns)
-ComputeFn = Callable[[str, int, int], None]
+ComputeFn = Callable[[Span, int, int], None]
 SleepUntil = Callable[[int], Awaitable[None]]
 
 
@@ -252,7 +253,7 @@ class Reply:
         self.audio_synthesized_s = 0.0
         self.request_id = f"reply-{id(self)}-{turn_id}"
         #: "llm" or "tts" once a stage of this reply has raised
-        self.failed_stage: str | None = None
+        self.failed_stage: FailedStage | None = None
         #: samples of the filler, which plays before the first clause
         self.filler_samples = 0
         self._clause_queued = False
@@ -352,20 +353,20 @@ class Reply:
                     self.text += delta.text
                     self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
                     for clause in chunker.push(delta.text):
-                        self._compute("llm", llm_start, self._clock())  # the first one counts
+                        self._compute(Span.LLM, llm_start, self._clock())  # the first one counts
                         self._mark(Mark.FIRST_CLAUSE, self._clock())
                         self._first_clause_queued()
                         await out.put(clause)
         except Exception as exc:
             # the clauses already queued are still spoken; run() raises this afterwards
-            self.failed_stage = self.failed_stage or "llm"
+            self.failed_stage = self.failed_stage or FailedStage.LLM
             self._llm_error = exc
             self._first_clause_queued()  # no filler after a failure (the apology follows)
             await out.put(None)
             return
         self._mark(Mark.LLM_DONE, self._clock())
         for clause in chunker.flush():
-            self._compute("llm", llm_start, self._clock())
+            self._compute(Span.LLM, llm_start, self._clock())
             self._mark(Mark.FIRST_CLAUSE, self._clock())
             self._first_clause_queued()
             await out.put(clause)
@@ -390,11 +391,11 @@ class Reply:
             try:
                 pcm, synth_start, synth_end = await asyncio.to_thread(self._synthesize, clause)
             except Exception:
-                self.failed_stage = self.failed_stage or "tts"
+                self.failed_stage = self.failed_stage or FailedStage.TTS
                 raise
             if pcm.size == 0:
                 continue
-            self._compute("tts", synth_start, synth_end)  # the first clause's counts
+            self._compute(Span.TTS, synth_start, synth_end)  # the first clause's counts
             self._mark(Mark.TTS_FIRST_AUDIO, self._clock())
             pcm = resample_int16(pcm, tts.sample_rate_hz, out_rate)
             self.audio_synthesized_s += len(pcm) / out_rate

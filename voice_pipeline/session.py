@@ -53,7 +53,8 @@ from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ClosedError
 from voice_pipeline.history import History
 from voice_pipeline.inputbuf import InputHistory
-from voice_pipeline.ledger import Mark, SessionLedger, TurnRecord
+from voice_pipeline.ledger import Mark, SessionLedger
+from voice_pipeline.records import Span, TurnRecord
 from voice_pipeline.reply import Phrases
 from voice_pipeline.transport import Transport
 from voice_pipeline.turn import Turn, TurnContext
@@ -288,7 +289,7 @@ class Session:
         final = await turn.utterance.transcriber.final()
         turn.ledger.asr_decode_ms = final.decode_ms
         turn.ledger.asr_speculative = final.speculative
-        turn.ledger.compute("asr_final", final.decode_start_ns, final.decode_end_ns)
+        turn.ledger.compute(Span.ASR_FINAL, final.decode_start_ns, final.decode_end_ns)
         turn.mark(Mark.TRANSCRIPT_FINAL, self._clock())
         turn.user_text = final.text.strip()
         self._transport.emit(ev.TranscriptFinalized(turn.turn_id, self._clock(), turn.user_text))
@@ -298,7 +299,7 @@ class Session:
         self._execute(cmds)
         verdict = next((c for c in cmds if isinstance(c, te.Answer | te.Dismiss)), None)
         if verdict is not None and verdict.interruption is not None:
-            turn.ledger.interruption = str(verdict.interruption)
+            turn.ledger.interruption = verdict.interruption
         if not isinstance(verdict, te.Answer):
             return  # no words, or a backchannel, echo or noise over a reply: no reply
         if over is not None and over.reply_task is not None and not over.reply_task.done():

@@ -30,7 +30,8 @@ from voice_pipeline.config import Config
 from voice_pipeline.echo import EchoGate
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
-from voice_pipeline.ledger import EndOfTurnRecord, Mark, TurnLedger, TurnRecord
+from voice_pipeline.ledger import Mark, TurnLedger
+from voice_pipeline.records import EndOfTurnRecord, FailedStage, Span, TurnRecord
 from voice_pipeline.reply import Phrases, Reply, ReplySpeaker
 from voice_pipeline.transport import Transport
 from voice_pipeline.turnevents import CancelReason, EvidenceFound
@@ -110,7 +111,7 @@ class Turn:
         if epoch == self.epoch:
             self.mark(mark, t_ns)
 
-    def _compute_epoch(self, epoch: int, name: str, start_ns: int, end_ns: int) -> None:
+    def _compute_epoch(self, epoch: int, name: Span, start_ns: int, end_ns: int) -> None:
         if epoch == self.epoch:
             self.ledger.compute(name, start_ns, end_ns)
 
@@ -153,14 +154,14 @@ class Turn:
         self.mark(Mark.ENDPOINT, decided)
         # the wait the turn-taking policy requires: VAD hangover + the silence the rule asked for
         required = ctx.time_of(end.speech_end_sample) + ms_to_ns(end.wait_ms)
-        self.ledger.compute("endpoint_wait", speech_end_ns, min(required, decided))
+        self.ledger.compute(Span.ENDPOINT_WAIT, speech_end_ns, min(required, decided))
         at = utterance.evidence_at
         self.ledger.end_of_turn = EndOfTurnRecord(
-            rule=str(end.rule),
+            rule=end.rule,
             silence_ms=(end.decided_sample - end.speech_end_sample) * 1000 / ctx.cfg.audio.pipeline_rate_hz,
             wait_ms=end.wait_ms,
             p_complete=end.evidence.p_complete,
-            cue=None if end.evidence.cue is None else str(end.evidence.cue),
+            cue=end.evidence.cue,
             words_after_ms=at.get("words"),
             sound_after_ms=at.get("sound"),
             sound_compute_ms=at.get("sound_compute"),
@@ -224,7 +225,7 @@ class Turn:
 
     def fail(self, exc: BaseException) -> None:
         """A stage raised during the turn: report it (the turn then apologizes and ends)."""
-        stage = (self.reply.failed_stage or "reply") if self.reply is not None else "asr"
+        stage = (self.reply.failed_stage or FailedStage.REPLY) if self.reply is not None else FailedStage.ASR
         if isinstance(exc, EngineError):
             log.warning("turn %d failed in %s: %s", self.turn_id, stage, exc)
             message, retryable = str(exc), exc.retryable

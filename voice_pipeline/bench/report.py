@@ -36,6 +36,7 @@ from voice_pipeline.bench.stats import (
 )
 from voice_pipeline.bench.tracker import TurnResult
 from voice_pipeline.ledger import CRITICAL_PATH, STAGES, percentile
+from voice_pipeline.records import StageName
 
 SCHEMA = "voice-pipeline.bench/1"
 #: the bench's own microphone falling this far behind its schedule makes its figures suspect
@@ -111,7 +112,7 @@ def pipeline_summary(step: StepResult) -> dict[str, Any] | None:
     records = [rec for t in step.turns for rec in t.records if "voice_to_voice" in rec.stages_ms]
     if not records:
         return None
-    v2v = [r.stages_ms["voice_to_voice"] for r in records]
+    v2v = [r.stages_ms[StageName.VOICE_TO_VOICE] for r in records]
     out: dict[str, Any] = {
         "turns": len(records),
         "turns_over_budget_share": round(sum(bool(r.budgets_broken) for r in records) / len(records), 3),
@@ -447,7 +448,7 @@ def format_turn(turn: TurnResult) -> str:
         parts.append(f"voice-to-voice {turn.voice_to_voice_ms:.0f} ms")
     rec = turn.record
     if rec and "voice_to_voice" in rec.stages_ms:
-        parts.append(f"(server {rec.stages_ms['voice_to_voice']:.0f} ms)")
+        parts.append(f"(server {rec.stages_ms[StageName.VOICE_TO_VOICE]:.0f} ms)")
     if turn.barge_in_stop_ms is not None:
         parts.append(f"barge-in stop {turn.barge_in_stop_ms:.0f} ms")
     if turn.premature_end:

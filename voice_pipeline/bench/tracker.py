@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voice_pipeline.bench.scenario import TurnPlan
-from voice_pipeline.ledger import TurnRecord
+from voice_pipeline.records import TurnRecord
 
 #: a reply sample above this (-50 dBFS of int16 full scale) is voiced
 VOICED_LEVEL = 104

@@ -18,7 +18,8 @@ from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import STAGES, TurnRecord
+from voice_pipeline.ledger import STAGES
+from voice_pipeline.records import TurnRecord
 from voice_pipeline.wire import server_messages as sm
 from voice_pipeline.wire.client_messages import (
     KNOWN_TYPES,
@@ -112,7 +113,7 @@ class ClientProtocol:
 
 
 def ready(session_id: str, start: Start, max_frame_bytes: int, budget: BudgetConfig) -> sm.Ready:
-    budgets = {s.name: getattr(budget, s.budget_key) for s in STAGES}
+    budgets = {str(s.name): float(getattr(budget, s.budget_key)) for s in STAGES}
     return sm.Ready(
         PROTOCOL_VERSION, session_id, start.sample_rate_hz, start.output_rate_hz, max_frame_bytes, budgets
     )

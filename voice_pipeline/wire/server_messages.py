@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from voice_pipeline.errors import RemoteProtocolError
-from voice_pipeline.ledger import TurnRecord
+from voice_pipeline.records import TurnRecord
 from voice_pipeline.wire.codec import Json, Message, loads
 
 
