@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,34 +48,17 @@ from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.heard import SpokenClause, heard_text
 from voice_pipeline.ledger import Mark
+from voice_pipeline.steering import ReplyOptions, ReplyRequest
 from voice_pipeline.transport import Transport
 
 log = logging.getLogger(__name__)
+
+__all__ = ["Phrases", "PrefetchedStream", "Reply", "ReplyOptions", "ReplyRequest", "ReplySpeaker"]
 
 MarkFn = Callable[[Mark, int], None]
 #: records a model's compute span on the critical path: (name, start_ns, end_ns)
 ComputeFn = Callable[[str, int, int], None]
 SleepUntil = Callable[[int], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyOptions:
-    #: synthesize and play the reply; False = text only (no TTS, no audio)
-    speak: bool = True
-    #: stop the LLM after this many tokens (None = ``llm.max_tokens``, which caps it anyway)
-    max_tokens: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyRequest:
-    """A reply asked for directly, with no user speech (``Session.respond``)."""
-
-    messages: tuple[ChatMessage, ...]
-    options: ReplyOptions = field(default_factory=ReplyOptions)
-    #: what it answers (the turn's record shows it as the user's words)
-    user_text: str = ""
-    #: enter the session's History when done (an out-of-band reply does not)
-    remember: bool = True
 
 
 class Phrases:

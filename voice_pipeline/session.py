@@ -318,7 +318,7 @@ class Session:
                 await self._answer(turn)
             except* Exception as group:
                 turn.fail(_first_leaf(group))
-            if turn.failed is not None and self._cfg.llm.apology:
+            if turn.failed is not None and self._cfg.llm.apology and self._spoken(turn):
                 reply = turn.reply or turn.new_reply()
                 turn.reply = reply
                 await reply.say(self._cfg.llm.apology, Mark.APOLOGY_SENT)
@@ -326,6 +326,12 @@ class Session:
             if epoch == turn.epoch:  # else the user continued the turn: it is not over
                 turn.utterance.drop_prefetch()
                 self._finish(turn)
+
+    def _spoken(self, turn: Turn) -> bool:
+        """The turn's reply is spoken (not text only): an apology is too."""
+        if turn.reply is not None:
+            return turn.reply.options.speak
+        return (turn.request.options if turn.request is not None else self._reply_options).speak
 
     def _reply_done(self, turn: Turn, epoch: int, _task: asyncio.Task[None]) -> None:
         if not turn.done and epoch == turn.epoch:  # cancelled before its first step
