@@ -744,7 +744,9 @@ CASES = [
         [
             (Configure(TurnOptions(auto_reply=False)), [], {}),
             *ASK,
-            *answered(),
+            (Words(Cue.NEUTRAL), [], {1: MF}),  # no prefetch: no reply is to come
+            (Sound(0.9), [], {1: MF}),
+            (Frames(".."), [end(1, 2, 5, Rule.COMPLETE, 96), StartReply(1)], {1: RE}),
             (Heard(1, "tell me a story"), [Keep(1, None)], {1: RE}),
             (Finished(1), [Seal(1)], {}),
             (Respond(), [BeginReply(2), StartReply(2)], {2: RE}),

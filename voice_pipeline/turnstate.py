@@ -167,7 +167,8 @@ class TurnMachine:
             return cmds
         if self._ptt_since_ns is not None:
             return cmds
-        if cue is not None and cue is not Cue.INCOMPLETE and self._prefetch and t.spoken_over is None:
+        prefetch = self._prefetch and self._options.auto_reply and t.spoken_over is None
+        if cue is not None and cue is not Cue.INCOMPLETE and prefetch:  # not with no reply to come
             cmds.append(Prefetch(turn_id))
         steps = self.endpointer.evidence(
             found.speech_end_sample, cue=cue, p_complete=found.p_complete, sound_failed=found.sound_failed
