@@ -4,7 +4,9 @@
 :class:`~voice_pipeline.server.app.VoiceServer` the way an application would
 (``websocket_base_url=ws://host:port/v1``, the token as ``api_key``) and wraps the
 connection in a :class:`RealtimeClient` that records every server event in the
-background, lets a test wait for one, and streams audio at real-time pace.
+background, lets a test wait for one, and streams audio at real-time pace -- or keeps
+a microphone open (:meth:`RealtimeClient.microphone`): 20 ms of 24 kHz PCM16 every
+20 ms, what :meth:`RealtimeClient.say` queued, else silence.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -39,6 +42,9 @@ class RealtimeClient:
         self.events: list[Any] = []
         self._changed = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
+        self._mic: asyncio.Task[None] | None = None
+        self._queued: deque[bytes] = deque()
+        self._spoken = asyncio.Event()
         self.closed = False
 
     def start(self) -> None:
@@ -56,10 +62,33 @@ class RealtimeClient:
             self._changed.set()
 
     async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        for task in (self._mic, self._reader):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def microphone(self) -> None:
+        """Send 24 kHz PCM16 from now on, every 20 ms: what was queued, else silence."""
+        self._mic = asyncio.get_running_loop().create_task(self._send_mic())
+
+    async def say(self, audio: bytes) -> None:
+        """Queue speech for the microphone; return once it has all been sent."""
+        step = 48 * CHUNK_MS
+        self._queued.extend(audio[i : i + step] for i in range(0, len(audio), step))
+        self._spoken.clear()
+        await self._spoken.wait()
+
+    async def _send_mic(self) -> None:
+        loop = asyncio.get_running_loop()
+        t0, n, quiet = loop.time(), 0, b"\x00\x00" * (24 * CHUNK_MS)
+        while True:
+            chunk = self._queued.popleft() if self._queued else quiet
+            if not self._queued:
+                self._spoken.set()
+            await self.conn.input_audio_buffer.append(audio=b64(chunk))
+            n += 1
+            await asyncio.sleep(max(0.0, t0 + n * CHUNK_MS / 1000 - loop.time()))
 
     def of(self, kind: str, since: int = 0) -> list[Any]:
         return [e for e in self.events[since:] if e.type == kind]
