@@ -213,7 +213,8 @@ class RealtimeBridge:
         events = self._changed(self.conversation.create(item, event.previous_item_id))
         item_id = next(e.item.id for e in events if isinstance(e, ItemAdded))
         rate = self._base.audio.pipeline_rate_hz
-        todo = [(item_id, n, InputDecoder(self.cfg.input_format, rate).decode(data, last=True)) for n, data in audio]
+        fmt = self.cfg.input_format
+        todo = [(item_id, n, InputDecoder(fmt, rate).decode(data, last=True)) for n, data in audio]
         return events, todo
 
     def item_transcribed(
