@@ -43,7 +43,9 @@ def test_every_sample_line_is_well_formed_and_typed() -> None:
 def test_sessions_and_refusals() -> None:
     m = ServerMetrics()
     m.session_opened()
-    m.session_opened("realtime")
+    m.endpoint_opened("ws")
+    m.session_opened()
+    m.endpoint_opened("realtime")
     m.session_closed()
     m.session_refused("limit")
     m.session_refused("origin")

@@ -289,7 +289,8 @@ class VoiceServer:
                 ws, self._engines, self._cfg, self.metrics, clock=self._clock
             )
         self.connections.add(conn)
-        self.metrics.session_opened(ENDPOINTS[path])
+        self.metrics.session_opened()
+        self.metrics.endpoint_opened(ENDPOINTS[path])
         try:
             await conn.run()
         finally:

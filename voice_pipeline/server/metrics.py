@@ -195,9 +195,12 @@ class ServerMetrics:
     #: CPU/memory of the server's process tree at render time (None = not available here)
     process_stats: Callable[[], ProcessStats | None] = field(default_factory=lambda: ProcessTree().read)
 
-    def session_opened(self, endpoint: str = "ws") -> None:
+    def session_opened(self) -> None:
         self.sessions_active += 1
         self.sessions_total += 1
+
+    def endpoint_opened(self, endpoint: str) -> None:
+        """A session opened on this route ("ws", "realtime", "twilio")."""
         self.sessions_by_endpoint[endpoint] = self.sessions_by_endpoint.get(endpoint, 0) + 1
 
     def session_closed(self) -> None:
