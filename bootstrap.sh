@@ -2,7 +2,7 @@
 # Set up .venv (idempotent) and run one job in it.
 #
 #   ./bootstrap.sh            set up, prepare models, start `voice-pipeline serve` (open the printed URL)
-#   ./bootstrap.sh test       set up, prepare models, run the whole test suite
+#   ./bootstrap.sh test       set up, prepare models, lint + type-check, run the whole test suite
 #   ./bootstrap.sh run ...    set up, prepare models, `voice-pipeline run` (default: the bundled example)
 #   ./bootstrap.sh setup      set up only
 #   ./bootstrap.sh CMD ...    set up, then `voice-pipeline CMD ...` (any subcommand)
@@ -94,6 +94,9 @@ case "$job" in
     need_lib libportaudio libportaudio2   # sounddevice, for voice-pipeline talk
     setup
     "$VENV/bin/voice-pipeline" models
+    log "lint (ruff) and types (mypy --strict)"
+    "$VENV/bin/ruff" check .
+    "$VENV/bin/mypy"
     exec "$VENV/bin/python" -m pytest "$@" ;;
   run|serve)
     setup

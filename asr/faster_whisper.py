@@ -14,9 +14,11 @@ an English-only model (language and ``<|transcribe|>`` added for a multilingual 
 ``beam_size`` from the config. What comes back is checked, and anything doubtful
 goes to the full path instead:
 
-* no-speech probability > 0.6 and average log-probability < -1.0: silence, "";
-* no-speech probability > 0.6 but a confident text: the full window judges (silence
-  sits on the -1.0 line: 3 s of zeros decoded "." at -0.99);
+* no-speech probability > 0.6 and average log-probability < -1.0, or a text without
+  a word (Whisper's "." for silence): silence, "" (:func:`judge_window`);
+* no-speech probability > 0.6 but confident words: the full window judges (silence
+  sits on the -1.0 line: 3 s of zeros decoded "." at -0.99 here, and 1 s at -0.97
+  with AVX2 int8 kernels, so confidence alone cannot tell silence on every CPU);
 * average log-probability < -1.0: unsure, the full window judges;
 * :func:`looks_degenerate`: the token budget ran out (``8/s * audio + 10`` tokens,
   so a loop is cut early), more than ``5/s * audio + 3`` words, or an n-gram
@@ -53,7 +55,7 @@ words here and there, in both directions; on these sets the fast one was slightl
 better, not worse.
 
 Decode options of the full path (faster-whisper's ``transcribe``), and why (figures
-from /work/shared/MEASURED.md and this module's tests):
+measured on the project's 2-core machines, and this module's tests):
 
 ``beam_size=cfg.beam_size`` (1)
     Greedy by default. Beam 5 doubled the decode time (1.0 s vs 0.5 s on a 2.6 s
@@ -108,6 +110,7 @@ from numpy.typing import NDArray
 from asr.base import Transcription
 from voice_pipeline.errors import (
     AudioInputError,
+    ClosedError,
     ConfigError,
     EngineError,
     MissingPackageError,
@@ -187,6 +190,9 @@ class FasterWhisperASR:
             from faster_whisper import WhisperModel
         except ImportError as exc:
             raise MissingPackageError("faster-whisper") from exc
+        from voice_pipeline.machine import tuned_asr
+
+        cfg = tuned_asr(cfg)  # cpu_threads 0 = chosen for the machine
         self._cfg = cfg
         self._model_dir = model_dir
         try:
@@ -283,7 +289,7 @@ class FasterWhisperASR:
     def _live_model(self) -> Any:
         model = self._model
         if model is None:
-            raise EngineError("FasterWhisperASR is closed", retryable=False)
+            raise ClosedError("FasterWhisperASR")
         return model
 
     def close(self) -> None:
@@ -377,20 +383,47 @@ class _Window:
         tokens: list[int] = result.sequences_ids[0]
         # faster-whisper's recovery of the average log-probability (length_penalty 1)
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if result.no_speech_prob > NO_SPEECH_THRESHOLD:
-            # faster-whisper's guard: silence unless the text is confident. Silence sits
-            # near the -1.0 line (-0.99 for 3 s of zeros, decoded as "."), so a
-            # confident text over likely silence is left to the full window to judge.
-            return "" if avg_logprob < LOG_PROB_THRESHOLD else None
-        if avg_logprob < LOG_PROB_THRESHOLD:
-            return None  # unsure: the full window is the reference
-        text = str(self.tokenizer.decode(tokens)).strip()
-        if looks_degenerate(text, audio_s, hit_max_length=len(tokens) >= max_new_tokens):
-            return None
-        return text
+        return judge_window(
+            str(self.tokenizer.decode(tokens)).strip(),
+            audio_s,
+            no_speech_prob=float(result.no_speech_prob),
+            avg_logprob=float(avg_logprob),
+            hit_max_length=len(tokens) >= max_new_tokens,
+        )
 
 
 # ------------------------------------------------------------ pure decisions
+
+
+def judge_window(
+    text: str, audio_s: float, *, no_speech_prob: float, avg_logprob: float, hit_max_length: bool
+) -> str | None:
+    """What a short-window decode says: its text, "" for silence, None = ask the full window.
+
+    * no-speech probability > :data:`NO_SPEECH_THRESHOLD` and either a text without a
+      single word (Whisper's "." for silence) or an average log-probability below
+      :data:`LOG_PROB_THRESHOLD`: silence, "";
+    * no-speech probability high but confident words: None (the full window judges);
+    * low average log-probability: None (unsure);
+    * :func:`looks_degenerate`: None (a loop);
+    * otherwise the text.
+
+    Why the word check: silence decodes to "." with an average log-probability right on
+    the -1.0 line, and which side of it depends on the CPU's int8 kernels. Measured on
+    1 s of zeros (tiny.en int8): -1.07 with oneDNN's AVX-512 VNNI kernels, -0.97 with its
+    AVX2 kernels (``ONEDNN_MAX_CPU_ISA=AVX2`` on the same AMD EPYC, and the AVX2-only
+    EPYC of CI), where the log-probability rule alone sent silence to the full window.
+    A text with no word in it cannot be a transcript, whatever its confidence.
+    """
+    if no_speech_prob > NO_SPEECH_THRESHOLD:
+        if avg_logprob < LOG_PROB_THRESHOLD or not _normalized_words(text):
+            return ""
+        return None  # words over likely silence: the full window judges
+    if avg_logprob < LOG_PROB_THRESHOLD:
+        return None  # unsure: the full window is the reference
+    if looks_degenerate(text, audio_s, hit_max_length=hit_max_length):
+        return None
+    return text
 
 
 def looks_degenerate(text: str, audio_s: float, *, hit_max_length: bool) -> bool:

@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 from asr.base import ASREngine, Transcription
 from asr.local_agreement import LocalAgreement
 from asr.pauses import shorten_pauses
-from voice_pipeline.errors import AudioInputError, EngineError
+from voice_pipeline.errors import AudioInputError, ClosedError, EngineError
 
 if TYPE_CHECKING:
     from voice_pipeline.config import ASRConfig
@@ -325,7 +325,7 @@ class UtteranceTranscriber:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise EngineError("UtteranceTranscriber is closed", retryable=False)
+            raise ClosedError("UtteranceTranscriber")
 
     async def _await_speculation(self, spec: Speculation) -> Decoded:
         # shielded: if final() is cancelled the speculation stays usable (aclose ends it)

@@ -173,7 +173,12 @@ def main() -> None:
         if proc.returncode != 0:
             sys.exit(f"child failed:\n{proc.stderr[-3000:]}")
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end")
+    from voice_pipeline.config import load_config
+    from voice_pipeline.machine import choose, this_cpu
+
+    cfg = load_config(None)
+    tuning = choose(this_cpu(), cfg.llm, cfg.asr)
+    print(f"machine: {tuning.cpu.label}; LLM {tuning.dtype}; load {os.getloadavg()[0]:.2f} at the end")
     for r in results:
         print(f"\nvLLM threads {r['llm_threads']}:")
         for key, value in r.items():

@@ -45,6 +45,7 @@ from voice_pipeline.bench.paused import COMPLETE_QUESTIONS, PAUSED_SENTENCES, pa
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import percentile
+from voice_pipeline.machine import this_cpu
 from voice_pipeline.models import prepare_models
 from voice_pipeline.runner import run_audio
 
@@ -52,24 +53,8 @@ RATE = 16000
 
 
 def cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown CPU"
-    model = next(
-        (ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?"
-    )
-    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
-    cls = (
-        "AVX-512 BF16"
-        if "avx512_bf16" in flags
-        else "AVX-512"
-        if "avx512f" in flags
-        else "AVX2"
-        if "avx2" in flags
-        else "no AVX2"
-    )
-    return f"{model}, {cls}, {os.cpu_count()} cores"
+    cpu = this_cpu()
+    return f"{cpu.label}, {cpu.cores} cores"
 
 
 def mode_config(base: Config, mode: str) -> Config:
@@ -96,12 +81,76 @@ async def run_one(engines: Engines, cfg: Config, audio: np.ndarray) -> dict[str,
     return {"records": res.records, "turns": turns, "continued": continued}
 
 
+def question_row(mode: str, voice: str, q: str, r: Any) -> dict[str, Any]:
+    eot = r.end_of_turn.as_dict() if r.end_of_turn is not None else None
+    v2v, ep = r.stages_ms.get("voice_to_voice", float("nan")), r.stages_ms.get("endpointing", float("nan"))
+    rule, p = (eot or {}).get("rule"), (eot or {}).get("p_complete")
+    print(f"[{mode}] {voice:9} v2v {v2v:5.0f} ms endpointing {ep:4.0f} {rule} p={p} {q!r}", flush=True)
+    return {"mode": mode, "voice": voice, "question": q, "stages_ms": r.stages_ms, "end_of_turn": eot}
+
+
+async def paused_set(
+    engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], short_ms: int
+) -> dict[str, Any]:
+    split = total = inside = 0
+    wers: list[float] = []
+    rules: Counter[str] = Counter()
+    sound_ms: list[float] = []
+    sound_late: list[float] = []
+    t0 = time.monotonic()
+    for voice in voices:
+        for phrases in PAUSED_SENTENCES:
+            for pause in pauses:
+                clip = paused_clip(
+                    lambda t, v=voice: espeak(t, voice=v), phrases, [pause] * (len(phrases) - 1), RATE
+                )
+                out = await run_one(engines, cfg, clip.samples)
+                turns = out["turns"]
+                total += 1
+                split += len(turns) > 1
+                inside += out["continued"]
+                answered = [r for r in turns if r.assistant_text]
+                said = " ".join(r.user_text for r in turns)
+                wers.append(word_error_rate(clip.words_said, said))
+                for r in out["records"]:
+                    if r.end_of_turn is not None:
+                        rules[r.end_of_turn.rule] += 1
+                        if r.end_of_turn.sound_compute_ms is not None:
+                            sound_ms.append(r.end_of_turn.sound_compute_ms)
+                        if r.end_of_turn.sound_after_ms is not None:
+                            sound_late.append(r.end_of_turn.sound_after_ms)
+                mark = "ok" if len(turns) == 1 else f"SPLIT x{len(turns)}"
+                print(
+                    f"[{mode}] {voice:9} pause {pause:.1f}s {mark:9} answered {len(answered)} "
+                    f"continued {out['continued']} {said!r}",
+                    flush=True,
+                )
+    hidden = sum(1 for t in sound_late if t <= short_ms) / len(sound_late) if sound_late else float("nan")
+    return {
+        "paused_utterances": total,
+        "premature_end_of_turn_rate": split / total if total else float("nan"),
+        "endpoints_undone_by_continuation": inside,
+        "wer_mean": float(np.mean(wers)) if wers else float("nan"),
+        "rules": dict(rules),
+        "turn_model_ms_p50": percentile(sound_ms, 50),
+        "turn_model_back_after_speech_end_p50_ms": percentile(sound_late, 50),
+        "turn_model_back_within_short_silence": hidden,
+        "seconds": round(time.monotonic() - t0),
+    }
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pauses", default="0.4,0.8,1.2", help="pause lengths (s), comma-separated")
     ap.add_argument("--voices", default="en-us+f3,en-us+m3,en-gb+m1", help="espeak-ng voices")
     ap.add_argument("--modes", default="old,new")
     ap.add_argument("--questions", type=int, default=2, help="repeats of each complete question per voice")
+    ap.add_argument(
+        "--question-voices",
+        default="en-us+f3,en-gb+m1",
+        help="voices of the complete questions (same in every mode)",
+    )
+    ap.add_argument("--skip-paused", action="store_true", help="only the complete questions (voice-to-voice)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     pauses = [float(p) for p in args.pauses.split(",")]
@@ -113,70 +162,45 @@ async def main() -> None:
     await engines.warm_up()
     print(f"machine: {cpu_name()}; turn model: {'on' if engines.turn else 'off'}", flush=True)
     report: dict[str, Any] = {"machine": cpu_name(), "modes": {}}
-    for mode in args.modes.split(","):
+    modes = args.modes.split(",")
+    summaries: dict[str, dict[str, Any]] = {}
+    for mode in modes:
         cfg = mode_config(base, mode)
         await run_one(engines, cfg, espeak(COMPLETE_QUESTIONS[0]))  # warm, not counted
-        split = total = inside = 0
-        wers: list[float] = []
-        rules: Counter[str] = Counter()
-        sound_ms: list[float] = []
-        sound_late: list[float] = []
-        t0 = time.monotonic()
-        for voice in voices:
-            for phrases in PAUSED_SENTENCES:
-                for pause in pauses:
-                    clip = paused_clip(
-                        lambda t, v=voice: espeak(t, voice=v), phrases, [pause] * (len(phrases) - 1), RATE
-                    )
-                    out = await run_one(engines, cfg, clip.samples)
-                    turns = out["turns"]
-                    total += 1
-                    split += len(turns) > 1
-                    inside += out["continued"]
-                    answered = [r for r in turns if r.assistant_text]
-                    said = " ".join(r.user_text for r in turns)
-                    wers.append(word_error_rate(clip.words_said, said))
-                    for r in out["records"]:
-                        if r.end_of_turn is not None:
-                            rules[r.end_of_turn.rule] += 1
-                            if r.end_of_turn.sound_compute_ms is not None:
-                                sound_ms.append(r.end_of_turn.sound_compute_ms)
-                            if r.end_of_turn.sound_after_ms is not None:
-                                sound_late.append(r.end_of_turn.sound_after_ms)
-                    mark = "ok" if len(turns) == 1 else f"SPLIT x{len(turns)}"
-                    print(
-                        f"[{mode}] {voice:9} pause {pause:.1f}s {mark:9} answered {len(answered)} "
-                        f"continued {out['continued']} {said!r}",
-                        flush=True,
-                    )
-        v2v: list[float] = []
-        for voice in voices:
+        if not args.skip_paused:
+            summaries[mode] = await paused_set(engines, cfg, mode, voices, pauses, base.vad.end_silence_ms)
+        else:
+            summaries[mode] = {}
+    # complete questions: the modes interleaved question by question, so that the machine's
+    # load (shared, noisy) falls on both alike
+    v2v: dict[str, list[float]] = {m: [] for m in modes}
+    rules: dict[str, Counter[str]] = {m: Counter() for m in modes}
+    rows: list[dict[str, Any]] = []
+    for _ in range(args.questions):
+        for voice in args.question_voices.split(","):
             for q in COMPLETE_QUESTIONS:
-                for _ in range(args.questions):
-                    out = await run_one(engines, cfg, espeak(q, voice=voice))
+                audio = espeak(q, voice=voice)
+                for mode in modes:
+                    out = await run_one(engines, mode_config(base, mode), audio)
                     for r in out["turns"]:
+                        row = question_row(mode, voice, q, r)
+                        rows.append(row)
                         if "voice_to_voice" in r.stages_ms:
-                            v2v.append(r.stages_ms["voice_to_voice"])
-                        if r.end_of_turn is not None:
-                            rules[f"question:{r.end_of_turn.rule}"] += 1
-        short_s = base.vad.end_silence_ms
-        hidden = sum(1 for t in sound_late if t <= short_s) / len(sound_late) if sound_late else float("nan")
-        summary = {
-            "paused_utterances": total,
-            "premature_end_of_turn_rate": split / total if total else float("nan"),
-            "endpoints_undone_by_continuation": inside,
-            "wer_mean": float(np.mean(wers)) if wers else float("nan"),
-            "v2v_complete_p50_ms": percentile(v2v, 50),
-            "v2v_complete_p95_ms": percentile(v2v, 95),
-            "v2v_n": len(v2v),
-            "rules": dict(rules),
-            "turn_model_ms_p50": percentile(sound_ms, 50),
-            "turn_model_back_after_speech_end_p50_ms": percentile(sound_late, 50),
-            "turn_model_back_within_short_silence": hidden,
-            "seconds": round(time.monotonic() - t0),
-        }
-        report["modes"][mode] = summary
-        print(f"\n== {mode}: " + json.dumps(summary, indent=1), flush=True)
+                            v2v[mode].append(r.stages_ms["voice_to_voice"])
+                        if row["end_of_turn"] is not None:
+                            rules[mode][row["end_of_turn"]["rule"]] += 1
+    report["questions"] = rows
+    for mode in modes:
+        summaries[mode].update(
+            {
+                "v2v_complete_p50_ms": percentile(v2v[mode], 50),
+                "v2v_complete_p95_ms": percentile(v2v[mode], 95),
+                "v2v_n": len(v2v[mode]),
+                "question_rules": dict(rules[mode]),
+            }
+        )
+        report["modes"][mode] = summaries[mode]
+        print(f"\n== {mode}: " + json.dumps(summaries[mode], indent=1), flush=True)
     await engines.aclose()
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

@@ -7,6 +7,11 @@ question, fed in real time like a live microphone. Prints per-stage and
 voice-to-voice p50/p95 (from the ledger), the same figure measured
 independently on the output timeline, and peak RSS. Prints figures; asserts
 nothing.
+
+The engines are warmed up as ``serve`` and ``run`` warm them (no uncounted warm-up turn):
+the first session after start has two turns, and their stage times are printed side by
+side, so a cold first turn would show. Every figure is printed with the machine's CPU
+class and the settings chosen for it.
 """
 
 from __future__ import annotations
@@ -71,9 +76,11 @@ async def main() -> None:
         cfg, prepare_models(cfg, progress=lambda m: None), lambda m: print(m, file=sys.stderr)
     )
     clips = {q: espeak(q) for q in QUESTIONS}
-    await engines.warm_up()
-    # warm-up turn, not counted (first-call allocations in every engine)
-    await run_audio(engines, cfg, np.concatenate([np.zeros(8000, np.float32), clips[QUESTIONS[0]]]), 16000)
+    await engines.warm_up(cfg.llm.system_prompt)
+    # the first session after start: turn 1 and turn 2, side by side (a cold first turn shows)
+    gap = np.zeros(int(1.5 * 16000), np.float32)
+    two = np.concatenate([np.zeros(8000, np.float32), clips[QUESTIONS[1]], gap, clips[QUESTIONS[2]], gap])
+    first_session = await run_audio(engines, cfg, two, 16000)
     ledger = SessionLedger(cfg.budget)
     out_v2v: list[float] = []
     t0 = time.monotonic()
@@ -99,10 +106,22 @@ async def main() -> None:
     await engines.aclose()
     summary = ledger.summary()
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    tuning = engines.tuning
+    assert tuning is not None
     print(
-        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-        f"{args.turns} turns in {time.monotonic() - t0:.0f} s"
+        f"\nmachine: {tuning.cpu.label}; {tuning.settings_label()}; Python {platform.python_version()}; "
+        f"{args.turns} turns in {time.monotonic() - t0:.0f} s, load {os.getloadavg()[0]:.2f} at the end"
     )
+    recs = first_session.records
+    if len(recs) >= 2:
+        print("first session after start (ms):")
+        print(f"  {'stage':<18}{'turn 1':>8}{'turn 2':>8}")
+        for stage in STAGES:
+            a, b = recs[0].stages_ms.get(stage.name), recs[1].stages_ms.get(stage.name)
+            if a is not None and b is not None:
+                print(f"  {stage.name:<18}{a:>8.0f}{b:>8.0f}")
+    else:
+        print(f"first session after start: {len(recs)} turn(s) detected (expected 2)")
     print(f"{'stage':<18}{'p50':>8}{'p95':>8}{'budget':>8}")
     for stage in STAGES:
         s = summary.get(stage.name)
@@ -117,7 +136,14 @@ async def main() -> None:
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"summary": summary, "v2v_out_ms": out_v2v, "peak_rss_mb": peak_rss_mb, "turns": args.turns},
+                {
+                    "machine": tuning.as_dict(),
+                    "summary": summary,
+                    "v2v_out_ms": out_v2v,
+                    "peak_rss_mb": peak_rss_mb,
+                    "turns": args.turns,
+                    "first_session": [r.stages_ms for r in recs],
+                },
                 indent=2,
             )
         )

@@ -33,6 +33,7 @@ import asyncio
 import dataclasses
 import gc
 import json
+import os
 import sys
 import time
 import tracemalloc
@@ -268,7 +269,7 @@ async def real_soak(args: argparse.Namespace) -> list[Sample]:
 
     cfg = load_config(None)
     engines = Engines.load(cfg, prepare_models(cfg, progress=print), progress=print)
-    await engines.warm_up()
+    await engines.warm_up(cfg.llm.system_prompt)
     try:
         return await soak(
             args.minutes,
@@ -301,6 +302,9 @@ def main() -> None:
         samples = asyncio.run(
             soak(args.minutes, every_s=args.every, trace=args.tracemalloc, on_sample=print_sample)
         )
+    from voice_pipeline.machine import this_cpu
+
+    print(f"machine: {this_cpu().label}; load average {os.getloadavg()[0]:.2f} at the end")
     if len(samples) >= 2:
         first, last = samples[0], samples[-1]
         print(

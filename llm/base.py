@@ -1,4 +1,5 @@
-"""The LLM stage interface: stream a chat reply, abort it on demand, report health.
+"""The LLM stage interface: stream a chat reply, abort it on demand, report health,
+warm a prompt prefix ahead of time (:meth:`LLM.prefill`, see :mod:`llm.prefill`).
 
 Cancellation: abandoning the iterator (``aclose()``, or cancelling the task that
 iterates it) or calling :meth:`LLM.abort` must abort the engine's request, so
@@ -14,6 +15,7 @@ the wait is a real attempt, and its success makes the engine healthy again.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -29,10 +31,45 @@ class ChatMessage:
 
 @dataclass(frozen=True, slots=True)
 class LLMDelta:
-    """New text of a streamed reply and how many tokens produced it."""
+    """New text of a streamed reply and how many tokens produced it.
+
+    The first delta of a request also says how its prompt was served (None on later
+    deltas, and where the engine does not report it). An engine that learns the cached
+    count only at the end (a vLLM server puts it in its final usage chunk) repeats the
+    first delta's figures with it then, on a delta with no text and no tokens.
+    """
 
     text: str
     num_tokens: int
+    #: tokens of the prompt (system prompt, history and the new message, chat template included)
+    prompt_tokens: int | None = None
+    #: ... of which came from the prefix cache (whole KV blocks only)
+    cached_tokens: int | None = None
+    #: request sent -> this first delta, ms: queueing + prefill of the uncached prompt tokens
+    #: + the first sampled token, as the engine's caller saw it
+    prefill_ms: float | None = None
+
+
+class PrefillOutcome(enum.StrEnum):
+    WARMED = "warmed"  # the prompt ran: its whole KV blocks are in the prefix cache
+    ABORTED = "aborted"  # abort() or close came first; nothing is known to be cached
+    FAILED = "failed"  # the engine failed the request (logged, never raised: it only saves time)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillResult:
+    """What :meth:`LLM.prefill` did."""
+
+    request_id: str
+    outcome: PrefillOutcome
+    #: tokens of the prefix sent (0 if it never got that far)
+    prompt_tokens: int
+    #: ... of which were in the prefix cache already (None: the engine did not say)
+    cached_tokens: int | None
+    #: call -> done, ms
+    elapsed_ms: float
+    #: why it failed (outcome FAILED)
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +124,18 @@ class HealthTracker:
 class LLM(Protocol):
     def stream(self, messages: Sequence[ChatMessage], request_id: str) -> AsyncGenerator[LLMDelta, None]:
         """Stream the reply to ``messages`` (the system prompt included by the caller)."""
+        ...
+
+    async def prefill(self, messages: Sequence[ChatMessage], request_id: str) -> PrefillResult:
+        """Put the prompt prefix ``messages`` into the engine's prefix cache (a one-token
+        request on it), so a later :meth:`stream` whose prompt starts with it only prefills
+        the rest. A final ``user`` message is left open (no end-of-message token), so it is
+        a prefix of the same message grown longer; otherwise the prefix ends after the last
+        message, without the assistant's generation prompt.
+
+        Cancelling the call, or :meth:`abort` with ``request_id``, aborts the request
+        (:meth:`unfinished_requests` drops at once). Never raises for an aborted or failed
+        request (the outcome says so); a cancelled call re-raises ``CancelledError``."""
         ...
 
     async def abort(self, request_id: str) -> None: ...

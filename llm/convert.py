@@ -6,6 +6,10 @@ copied into a fresh model of the same config in bfloat16 and saved as
 safetensors, and the tokenizer (read from the same GGUF, chat template
 included) is saved beside them.
 
+The one bf16 folder serves every CPU: on one without bf16 hardware ``llm.dtype: auto``
+loads it as float32 (vLLM upcasts at load; verified, no second conversion, same start
+time), see :mod:`voice_pipeline.machine`.
+
 The folder is written to a temporary directory next to ``out_dir`` and renamed
 into place at the end, so an interrupted conversion never leaves a half folder
 at ``out_dir``. torch and transformers are imported inside the function.

@@ -8,7 +8,14 @@ client disconnects.
 
 Token counts come from vLLM's ``stream_options.continuous_usage_stats`` (the
 cumulative ``usage.completion_tokens`` carried by every chunk); a server that
-sends no usage counts one token per chunk.
+sends no usage counts one token per chunk. The first delta carries
+``usage.prompt_tokens`` and the time to it; vLLM streams the prompt's cached tokens
+(``usage.prompt_tokens_details.cached_tokens``, only with ``--enable-prompt-tokens-details``)
+in its final usage chunk alone, so they come last, on a delta with no text and no tokens.
+
+:meth:`RemoteVLLM.prefill` is a non-streamed one-token chat completion with vLLM's
+``add_generation_prompt: false`` (and ``continue_final_message`` for a final user
+message); it never raises for a failure (the outcome says it) and counts for no health.
 
 Errors are :class:`EngineError`: connection failures, timeouts (no byte for
 ``request_timeout_s``, first token or between tokens), dropped streams (including
@@ -25,15 +32,16 @@ wait is tried for real, and its first token makes :meth:`RemoteVLLM.health` ok.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth
+from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOutcome, PrefillResult
 from voice_pipeline.config import LLMConfig
-from voice_pipeline.errors import ConfigError, EngineError
+from voice_pipeline.errors import ClosedError, ConfigError, EngineError
 
 if TYPE_CHECKING:
     import httpx
@@ -50,6 +58,11 @@ class SSEChunk:
     #: cumulative completion tokens reported by the server, if it sent usage
     completion_tokens: int | None
     finish_reason: str | None
+    #: the prompt's tokens, and those of them from the server's prefix cache
+    #: (``usage.prompt_tokens_details.cached_tokens``: vLLM sends it when started with
+    #: ``--enable-prompt-tokens-details``), if the server said
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
 
 
 class SSEDone:
@@ -91,8 +104,21 @@ def parse_sse_line(line: str) -> SSEChunk | SSEDone | None:
         text = delta.get("content") or ""
         finish_reason = choices[0].get("finish_reason")
     usage = data.get("usage")
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return SSEChunk(text, tokens if isinstance(tokens, int) else None, finish_reason)
+    tokens, prompt, cached = _usage(usage)
+    return SSEChunk(text, tokens, finish_reason, prompt, cached)
+
+
+def _usage(usage: object) -> tuple[int | None, int | None, int | None]:
+    """(completion_tokens, prompt_tokens, cached prompt tokens) of a ``usage`` object."""
+    if not isinstance(usage, dict):
+        return None, None, None
+
+    def number(value: object) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    details = usage.get("prompt_tokens_details")
+    cached = number(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return number(usage.get("completion_tokens")), number(usage.get("prompt_tokens")), cached
 
 
 class RemoteVLLM:
@@ -135,6 +161,8 @@ class RemoteVLLM:
                 retryable=True,
             )
         counted = 0
+        first = LLMDelta("", 0)
+        sent_ns = time.monotonic_ns()
         answered = False  # a token arrived: the server works
         complete = False  # [DONE] or a finish_reason: the stream was not cut
         self._aborted.discard(request_id)
@@ -176,7 +204,21 @@ class RemoteVLLM:
                         if not answered:
                             answered = True
                             self._health.succeeded()
-                        yield LLMDelta(event.text, num)
+                            first = LLMDelta(
+                                event.text,
+                                num,
+                                prompt_tokens=event.prompt_tokens,
+                                cached_tokens=event.cached_tokens,
+                                prefill_ms=(time.monotonic_ns() - sent_ns) / 1e6,
+                            )
+                            yield first
+                        else:
+                            yield LLMDelta(event.text, num)
+                    elif answered and event.cached_tokens is not None and first.cached_tokens is None:
+                        # vLLM streams the cached count only in its final usage chunk: say it
+                        # then, on a delta with no text and no tokens (see LLMDelta)
+                        cached = event.cached_tokens
+                        yield dataclasses.replace(first, text="", num_tokens=0, cached_tokens=cached)
             if not complete and request_id not in self._aborted and not self._closed:
                 raise EngineError(f"LLM server at {url}: the stream ended before [DONE]", retryable=True)
         except (httpx.HTTPError, httpx.StreamError) as exc:
@@ -188,6 +230,56 @@ class RemoteVLLM:
         except EngineError as exc:
             self._failed(exc)
             raise
+        finally:
+            self._streams.pop(request_id, None)
+            self._aborted.discard(request_id)
+
+    async def prefill(self, messages: Sequence[ChatMessage], request_id: str) -> PrefillResult:
+        """A one-token chat completion on the prefix (see :meth:`llm.base.LLM.prefill`):
+        vLLM's ``add_generation_prompt: false`` and, for a final user message,
+        ``continue_final_message: true``. Never counts towards health (it only saves time)."""
+        import httpx
+
+        t0 = time.monotonic_ns()
+        prompt: int | None = None
+        cached: int | None = None
+
+        def result(outcome: PrefillOutcome, error: str | None = None) -> PrefillResult:
+            elapsed_ms = (time.monotonic_ns() - t0) / 1e6
+            return PrefillResult(request_id, outcome, prompt or 0, cached, elapsed_ms, error)
+
+        if self._closed or not messages:
+            return result(PrefillOutcome.FAILED, "closed" if self._closed else "no messages")
+        if self._health.wait_s(time.monotonic_ns()) > 0:
+            return result(PrefillOutcome.FAILED, f"the LLM server is failing ({self._health.reason})")
+        url = f"{self._base}/chat/completions"
+        self._aborted.discard(request_id)
+        self._streams[request_id] = None
+        try:
+            body = {
+                "model": await self._model_name(),
+                "messages": [{"role": m.role, "content": m.content} for m in messages],
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "add_generation_prompt": False,
+                "continue_final_message": messages[-1].role == "user",
+            }
+            if request_id in self._aborted:
+                return result(PrefillOutcome.ABORTED)
+            async with self._client.stream(
+                "POST", url, json=body, headers={"X-Request-Id": request_id}
+            ) as response:
+                if request_id in self._aborted:
+                    return result(PrefillOutcome.ABORTED)
+                self._streams[request_id] = response
+                await self._check_status(response)
+                data = json.loads(await response.aread())
+            _, prompt, cached = _usage(data.get("usage") if isinstance(data, dict) else None)
+            return result(PrefillOutcome.WARMED)
+        except (httpx.HTTPError, httpx.StreamError, EngineError, ValueError) as exc:
+            if request_id in self._aborted or self._closed:
+                return result(PrefillOutcome.ABORTED)
+            return result(PrefillOutcome.FAILED, str(exc))
         finally:
             self._streams.pop(request_id, None)
             self._aborted.discard(request_id)
@@ -225,7 +317,7 @@ class RemoteVLLM:
 
     def _require_open(self) -> None:
         if self._closed:
-            raise EngineError("the remote LLM client is closed", retryable=False)
+            raise ClosedError("the remote LLM client")
 
     async def _model_name(self) -> str:
         """``cfg.remote_model``, else the server's first model (asked once)."""

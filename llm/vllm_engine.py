@@ -15,6 +15,12 @@ while the engine is being created and restored afterwards, which leaves this
 process's own threads alone. Note that vLLM's CPU worker replaces
 ``torch.set_num_threads`` by a no-op in the process it runs in (the child here).
 
+Settings: ``llm.dtype: auto``, ``llm.threads: 0`` and ``llm.kv_block_tokens: 0`` are
+resolved for the machine (:func:`voice_pipeline.machine.tuned_llm`); the KV block size
+is passed to vLLM (its CPU default, 128, never reused a short prompt's system prompt).
+The first delta of a reply says its prompt tokens, vLLM's ``num_cached_tokens`` and the
+time to it; :meth:`VLLMEngine.prefill` runs a one-token request on a prompt prefix.
+
 Errors: failing to load is :class:`ModelError`; a failure during a request is
 :class:`EngineError` (``retryable=False`` once the engine is dead). Failures and
 stalls (no token for ``request_timeout_s``) make :meth:`VLLMEngine.health` not ok
@@ -32,13 +38,13 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth
+from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOutcome, PrefillResult
 from voice_pipeline.config import LLMConfig
-from voice_pipeline.errors import EngineError, MissingPackageError, ModelError
+from voice_pipeline.errors import ClosedError, EngineError, MissingPackageError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +75,12 @@ def _engine_threads_env(threads: int = 0) -> Iterator[None]:
         os.environ.pop("OMP_NUM_THREADS", None)
 
 
+def _cached_tokens(out: Any) -> int | None:
+    """Prompt tokens vLLM took from its prefix cache for this request (on its outputs)."""
+    value = getattr(out, "num_cached_tokens", None)
+    return int(value) if isinstance(value, int) else None
+
+
 def _shutdown_at_exit(ref: weakref.ref[VLLMEngine]) -> None:
     engine = ref()
     if engine is not None:
@@ -78,8 +90,17 @@ def _shutdown_at_exit(ref: weakref.ref[VLLMEngine]) -> None:
 class VLLMEngine:
     """Streams chat replies from an in-process vLLM AsyncLLM (start ~13 s on CPU)."""
 
-    def __init__(self, cfg: LLMConfig, model_dir: Path) -> None:
+    def __init__(
+        self, cfg: LLMConfig, model_dir: Path, *, engine_args: Mapping[str, Any] | None = None
+    ) -> None:
+        """``engine_args``: more ``AsyncEngineArgs`` fields, overriding these (benchmarks use it
+        to measure vLLM's own options: torch.compile, chunked prefill, max_num_seqs)."""
+        from voice_pipeline.machine import tuned_llm
+
+        cfg = tuned_llm(cfg)  # dtype auto, threads 0, kv_block_tokens 0: chosen for the machine
         self._cfg = cfg
+        #: the settings the engine runs with (resolved): dtype, threads, kv_block_tokens
+        self.settings = {"dtype": cfg.dtype, "threads": cfg.threads, "kv_block_tokens": cfg.kv_block_tokens}
         self._closed = False
         self._active: set[str] = set()  # request ids of open streams
         self._aborted: set[str] = set()  # ... that abort() was called for
@@ -97,7 +118,8 @@ class VLLMEngine:
 
         args = AsyncEngineArgs(
             model=str(model_dir),
-            dtype=cfg.dtype,  # type: ignore[arg-type]
+            dtype=cfg.dtype,
+            block_size=cfg.kv_block_tokens,
             enforce_eager=True,
             distributed_executor_backend="uni",
             max_model_len=cfg.max_model_len,
@@ -106,7 +128,15 @@ class VLLMEngine:
             disable_log_stats=True,
             enable_log_requests=False,
         )
-        log.info("starting vLLM engine on %s (takes ~13 s on CPU)", model_dir.name)
+        for key, value in (engine_args or {}).items():
+            setattr(args, key, value)
+        log.info(
+            "starting vLLM engine on %s (%s, %d thread(s), KV blocks of %d tokens; ~13 s on CPU)",
+            model_dir.name,
+            cfg.dtype,
+            cfg.threads,
+            cfg.kv_block_tokens,
+        )
         start = time.monotonic()
         try:
             with _engine_threads_env(cfg.threads):
@@ -140,9 +170,11 @@ class VLLMEngine:
             top_p=self._cfg.top_p,
             output_kind=RequestOutputKind.DELTA,
         )
-        prompt = tokens_input(self._prompt_ids(messages))
-        outputs: AsyncIterator[Any] = engine.generate(prompt, params, request_id)
+        ids = self._prompt_ids(messages)
+        sent_ns = time.monotonic_ns()
+        outputs: AsyncIterator[Any] = engine.generate(tokens_input(ids), params, request_id)
         finished = False
+        first = True
         self._active.add(request_id)
         self._aborted.discard(request_id)
         try:
@@ -158,7 +190,17 @@ class VLLMEngine:
                 completion = out.outputs[0]
                 if completion.text or completion.token_ids:
                     self._health.succeeded()
-                    yield LLMDelta(completion.text, len(completion.token_ids))
+                    if first:
+                        first = False
+                        yield LLMDelta(
+                            completion.text,
+                            len(completion.token_ids),
+                            prompt_tokens=len(ids),
+                            cached_tokens=_cached_tokens(out),
+                            prefill_ms=(time.monotonic_ns() - sent_ns) / 1e6,
+                        )
+                    else:
+                        yield LLMDelta(completion.text, len(completion.token_ids))
         except TimeoutError as exc:
             error = EngineError(f"vLLM produced no token for {self._cfg.request_timeout_s} s", retryable=True)
             self._health.failed(time.monotonic_ns(), str(error))
@@ -172,6 +214,59 @@ class VLLMEngine:
             if error.retryable or self._engine is None or self._engine.errored:  # not a bad request
                 self._health.failed(time.monotonic_ns(), str(error))
             raise error from exc
+        finally:
+            self._active.discard(request_id)
+            self._aborted.discard(request_id)
+            if not finished:
+                await self._abandon(outputs, request_id)
+
+    async def prefill(self, messages: Sequence[ChatMessage], request_id: str) -> PrefillResult:
+        """One-token request on the prompt prefix (see :meth:`llm.base.LLM.prefill`)."""
+        t0 = time.monotonic_ns()
+
+        def result(
+            outcome: PrefillOutcome, tokens: int, cached: int | None, error: str | None = None
+        ) -> PrefillResult:
+            elapsed_ms = (time.monotonic_ns() - t0) / 1e6
+            return PrefillResult(request_id, outcome, tokens, cached, elapsed_ms, error)
+
+        try:
+            engine = self._require_open()
+            ids = self._prefix_ids(messages)
+        except EngineError as exc:
+            return result(PrefillOutcome.FAILED, 0, None, str(exc))
+        from vllm import SamplingParams
+        from vllm.inputs import tokens_input
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.FINAL_ONLY)
+        outputs: AsyncIterator[Any] = engine.generate(tokens_input(ids), params, request_id)
+        finished = False
+        cached: int | None = None
+        self._active.add(request_id)
+        self._aborted.discard(request_id)
+        try:
+            while not finished:
+                try:
+                    async with asyncio.timeout(self._cfg.request_timeout_s):
+                        out = await anext(outputs)
+                except StopAsyncIteration:
+                    break
+                if request_id in self._aborted:
+                    break
+                finished = bool(out.finished)
+                cached = _cached_tokens(out)
+            if not finished:
+                return result(PrefillOutcome.ABORTED, len(ids), cached)
+            return result(PrefillOutcome.WARMED, len(ids), cached)
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except TimeoutError:
+            stalled = f"no answer for {self._cfg.request_timeout_s} s"
+            return result(PrefillOutcome.FAILED, len(ids), cached, stalled)
+        except Exception as exc:  # an optimisation failed: the reply's own request will tell
+            log.debug("prefill %s failed", request_id, exc_info=True)
+            return result(PrefillOutcome.FAILED, len(ids), cached, str(self._engine_error(exc)))
         finally:
             self._active.discard(request_id)
             self._aborted.discard(request_id)
@@ -203,7 +298,7 @@ class VLLMEngine:
 
     def _require_open(self) -> Any:
         if self._closed:
-            raise EngineError("the vLLM engine is closed", retryable=False)
+            raise ClosedError("the vLLM engine")
         if self._engine.errored:
             raise EngineError("the vLLM engine process died", retryable=False)
         return self._engine
@@ -220,6 +315,24 @@ class VLLMEngine:
                 retryable=False,
             )
         return list(ids)
+
+    def _prefix_ids(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """Token ids of a prompt prefix: the chat template of ``messages`` with no generation
+        prompt, a final user message left open (HF's ``continue_final_message``)."""
+        if not messages:
+            raise EngineError("a prefill needs at least one message", retryable=False)
+        conversation = [{"role": m.role, "content": m.content} for m in messages]
+        text = self._tokenizer.apply_chat_template(
+            conversation,
+            add_generation_prompt=False,
+            continue_final_message=messages[-1].role == "user",
+            tokenize=False,
+        )
+        ids = list(self._tokenizer.encode(text, add_special_tokens=False))
+        if len(ids) + 1 > self._cfg.max_model_len:
+            too_long = f"prefix of {len(ids)} tokens exceeds max_model_len {self._cfg.max_model_len}"
+            raise EngineError(too_long, retryable=False)
+        return ids
 
     async def _abandon(self, outputs: AsyncIterator[Any], request_id: str) -> None:
         """Abort an unfinished request (the consumer left, was cancelled, or it failed)."""

@@ -20,6 +20,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from voice_pipeline.config import Config, load_config
 
+#: the fakes-and-fake-clock session fixtures (h, hb) for every test module
+pytest_plugins = ["harness"]
+
 if TYPE_CHECKING:
     from asr.base import ASREngine
     from llm.base import LLM
@@ -88,13 +91,16 @@ def smart_turn(config: Config, model_paths: ModelPaths) -> Iterator[TurnModel]:
 
 @pytest.fixture(scope="session")
 async def engines(
-    silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TTS, smart_turn: TurnModel
+    config: Config, silero16: VAD, whisper: ASREngine, vllm_engine: LLM, piper: TTS, smart_turn: TurnModel
 ) -> Engines:
-    """All real engines together (as the default config builds them), warmed up once."""
+    """All real engines together, as the default config builds them (the settings chosen for
+    this machine), warmed up once."""
     from voice_pipeline.engines import Engines
+    from voice_pipeline.machine import choose, this_cpu
 
-    engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper, turn=smart_turn)
-    await engines.warm_up()
+    tuning = choose(this_cpu(), config.llm, config.asr)
+    engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper, turn=smart_turn, tuning=tuning)
+    await engines.warm_up(config.llm.system_prompt)
     return engines
 
 

@@ -6,7 +6,9 @@
   frame's RMS is over 0.05, else 0.0.
 * :class:`FakeASR` -- returns ``text``; counts calls; optional blocking delay or gate.
 * :class:`FakeLLM` -- streams ``reply`` word by word; records requests started,
-  finished, aborted and failed; can hold a stream after N tokens or fail it.
+  finished, aborted and failed; can hold a stream after N tokens or fail it; prefills
+  (recorded, ``prefill_delay_s`` long, abortable) and reports the first delta's prompt
+  tokens (one per word) and cached tokens (those of the longest prefilled prefix).
 * :class:`FakeTTS` -- 22.05 kHz tone, 60 ms per character.
 * :class:`FakeTurnModel` -- a fixed P(complete), or an error.
 * :class:`RecordingTransport` -- a :class:`voice_pipeline.transport.Transport`
@@ -32,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.base import Transcription
-from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth
+from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOutcome, PrefillResult
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.events import Event, TurnCompleted
@@ -233,6 +235,11 @@ class FakeLLM:
         self.aborted: list[str] = []
         self.failed: list[str] = []
         self.close_calls = 0
+        self.prefill_delay_s = 0.0
+        self.prefills: list[LLMRequest] = []
+        self.prefill_results: list[PrefillResult] = []
+        self._warm: list[tuple[ChatMessage, ...]] = []
+        self._prefill_aborts: dict[str, asyncio.Event] = {}
         self.tracker = HealthTracker(0.5, 10.0)
         self._hold_after: int | None = None
         self._resume = asyncio.Event()
@@ -249,10 +256,50 @@ class FakeLLM:
 
     def stream(self, messages: Sequence[ChatMessage], request_id: str) -> AsyncGenerator[LLMDelta, None]:
         self.requests.append(LLMRequest(request_id, tuple(messages)))
-        return self._stream(request_id, word_deltas(self.reply), self._hold_after, self.fail_after)
+        prompt = sum(len(m.content.split()) for m in messages)
+        cached = max(
+            (sum(len(m.content.split()) for m in w) for w in self._warm if tuple(messages[: len(w)]) == w),
+            default=0,
+        )
+        return self._stream(
+            request_id, word_deltas(self.reply), self._hold_after, self.fail_after, prompt, cached
+        )
+
+    async def prefill(self, messages: Sequence[ChatMessage], request_id: str) -> PrefillResult:
+        """Warms ``messages`` after ``prefill_delay_s`` unless aborted or cancelled first."""
+        self.prefills.append(LLMRequest(request_id, tuple(messages)))
+        aborted = self._prefill_aborts[request_id] = asyncio.Event()
+        self._active.add(request_id)
+        t0 = time.monotonic_ns()
+        try:
+            try:
+                async with asyncio.timeout(self.prefill_delay_s):
+                    await aborted.wait()
+                outcome = PrefillOutcome.ABORTED
+            except TimeoutError:
+                outcome = PrefillOutcome.WARMED
+                self._warm.append(tuple(messages))
+            result = PrefillResult(
+                request_id,
+                outcome,
+                sum(len(m.content.split()) for m in messages),
+                0,
+                (time.monotonic_ns() - t0) / 1e6,
+            )
+            self.prefill_results.append(result)
+            return result
+        finally:
+            self._active.discard(request_id)
+            del self._prefill_aborts[request_id]
 
     async def _stream(
-        self, request_id: str, deltas: list[str], hold_after: int | None, fail_after: int | None
+        self,
+        request_id: str,
+        deltas: list[str],
+        hold_after: int | None,
+        fail_after: int | None,
+        prompt_tokens: int = 0,
+        cached_tokens: int = 0,
     ) -> AsyncGenerator[LLMDelta, None]:
         self.started.append(request_id)
         self._active.add(request_id)
@@ -268,7 +315,10 @@ class FakeLLM:
                     raise self.error
                 await asyncio.sleep(self.token_delay_s)
                 self.tracker.succeeded()
-                yield LLMDelta(text, 1)
+                if i == 0:
+                    yield LLMDelta(text, 1, prompt_tokens, cached_tokens, 1000 * self.token_delay_s)
+                else:
+                    yield LLMDelta(text, 1)
             outcome = self.finished
         finally:
             # reached on completion, on an error, on aclose() and on cancellation
@@ -276,6 +326,8 @@ class FakeLLM:
             outcome.append(request_id)
 
     async def abort(self, request_id: str) -> None:
+        if request_id in self._prefill_aborts:
+            self._prefill_aborts[request_id].set()
         if request_id in self._active:
             self._active.discard(request_id)
             self.aborted.append(request_id)

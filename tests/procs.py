@@ -70,7 +70,9 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeou
 @contextlib.contextmanager
 def vllm_server(model_dir: Path, log_path: Path, port: int | None = None) -> Iterator[str]:
     """A real vLLM OpenAI server on loopback; yields its /v1 base URL (model ``smollm2``)."""
-    cfg = LLMConfig()
+    from voice_pipeline.machine import tuned_llm
+
+    cfg = tuned_llm(LLMConfig())  # the dtype and KV block size chosen for this machine
     port = port or free_port()
     env = dict(os.environ)
     env.update(
@@ -102,6 +104,9 @@ def vllm_server(model_dir: Path, log_path: Path, port: int | None = None) -> Ite
         str(cfg.max_model_len),
         "--kv-cache-memory-bytes",
         str(cfg.kv_cache_mib * 2**20),
+        "--block-size",
+        str(cfg.kv_block_tokens),
+        "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
     ]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

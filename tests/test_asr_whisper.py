@@ -11,7 +11,13 @@ from speech import concat, espeak, normalize, silence, word_error_rate
 
 import asr.faster_whisper as fw
 from asr.base import ASREngine
-from asr.faster_whisper import FasterWhisperASR, ct2_max_length, has_repeat_loop, looks_degenerate
+from asr.faster_whisper import (
+    FasterWhisperASR,
+    ct2_max_length,
+    has_repeat_loop,
+    judge_window,
+    looks_degenerate,
+)
 from asr.streaming import PartialTranscript, UtteranceTranscriber
 from voice_pipeline.config import ASRConfig
 from voice_pipeline.errors import ConfigError, EngineError, ModelError
@@ -125,8 +131,11 @@ def test_silence_transcribes_to_nothing(fw_asr: FasterWhisperASR, seconds: float
     assert fast is None or fast.text == ""  # decided "silence" or left it to the full window
 
 
-def test_fast_path_decides_silence_itself(fw_asr: FasterWhisperASR) -> None:
-    fast = fw_asr.transcribe_window(silence(1.0))
+@pytest.mark.parametrize("seconds", [0.5, 1.0, 3.0, 6.0])
+def test_fast_path_decides_silence_itself(fw_asr: FasterWhisperASR, seconds: float) -> None:
+    # on every CPU class: AVX2 int8 kernels put silence's "." just above the -1.0 line
+    # (run with ONEDNN_MAX_CPU_ISA=AVX2 to see it on an AVX-512 machine)
+    fast = fw_asr.transcribe_window(silence(seconds))
     assert fast is not None and fast.text == "" and fast.words == ()
 
 
@@ -208,6 +217,31 @@ def test_closed_engine_refuses_to_decode() -> None:
 )
 def test_looks_degenerate(text: str, audio_s: float, hit_max_length: bool, degenerate: bool) -> None:
     assert looks_degenerate(text, audio_s, hit_max_length=hit_max_length) is degenerate
+
+
+@pytest.mark.parametrize(
+    ("text", "no_speech", "logprob", "hit_max", "expected"),
+    [
+        # silence: "." at either side of the -1.0 line (AVX-512 VNNI -1.07, AVX2 -0.97)
+        (".", 0.93, -1.07, False, ""),
+        (".", 0.94, -0.97, False, ""),
+        ("", 0.9, -0.5, False, ""),
+        ("...", 0.7, -0.2, False, ""),
+        ("you", 0.96, -1.2, False, ""),  # words, but unsure over likely silence
+        ("you", 0.96, -0.8, False, None),  # confident words over likely silence: full window
+        ("Thank you.", 0.7, -0.3, False, None),
+        ("What is the capital of France?", 0.01, -0.2, False, "What is the capital of France?"),
+        ("What is the capital of France?", 0.01, -1.2, False, None),  # unsure
+        ("What is the capital of France?", 0.01, -0.2, True, None),  # ran out of tokens
+        (".", 0.3, -0.5, False, "."),  # not likely silence: "." has no word for the caller either
+        ("a a a a", 0.1, -0.1, False, None),  # a loop
+    ],
+)
+def test_judge_window(
+    text: str, no_speech: float, logprob: float, hit_max: bool, expected: str | None
+) -> None:
+    got = judge_window(text, 2.0, no_speech_prob=no_speech, avg_logprob=logprob, hit_max_length=hit_max)
+    assert got == expected
 
 
 @pytest.mark.parametrize(

@@ -199,3 +199,32 @@ def test_http_urls_sit_beside_the_websocket_endpoint() -> None:
         http_url("wss://voice.example.org/voice/twilio", "healthz")
         == "https://voice.example.org/voice/healthz"
     )
+
+
+def test_the_report_names_the_machine_it_ran_on() -> None:
+    from voice_pipeline.config import ASRConfig, LLMConfig
+    from voice_pipeline.machine import choose, parse_cpu
+
+    avx2 = parse_cpu("model name\t: AMD EPYC\nflags\t\t: sse avx avx2 fma\n", 2, {})
+    res = made_up_result()
+    machine = choose(avx2, LLMConfig(), ASRConfig()).as_dict()
+    machine["floors"] = {"copy_gb_s": 23.0, "matmul_gflops": 140.0, "matmul_dtype": "float32",
+                         "llm": {"prefill_ms_per_token": 1.52, "decode_ms_per_token": 23.4}}  # fmt: skip
+    res.health = {"max_sessions": 4, "machine": machine}
+    res.bench_machine = avx2.as_dict()
+    report = json.loads(json.dumps(to_json(res)))
+    server = report["machine"]["server"]
+    assert server["cpu"]["class"] == "AVX2" and server["cpu"]["cores"] == 2
+    assert (server["llm_dtype"], server["llm_threads"], server["kv_block_tokens"]) == ("float32", 1, 32)
+    line = "server machine: AVX2, 2 cores (AMD EPYC); LLM float32, 1 thread(s), KV blocks of 32 tokens"
+    assert line in format_text(res)
+    assert "bench machine" not in format_text(res)  # the same machine: said once
+    floors = "server floors: memory 23.0 GB/s, matmul 140.0 GFLOPS (float32); LLM link >= 1.52 ms per prompt"
+    assert floors in format_text(res) and ">= 23.4 ms per generated token" in format_text(res)
+    assert line in to_html(report)
+    # an older server without machine in /healthz, a bench elsewhere
+    res.health = {"max_sessions": 4}
+    other = parse_cpu("model name\t: Other\nflags\t\t: avx2 avx512f avx512_bf16\n", 8, {})
+    res.bench_machine = other.as_dict()
+    text = format_text(res)
+    assert "server machine: not reported" in text and "bench machine: AVX-512 BF16, 8 cores (Other)" in text

@@ -18,6 +18,7 @@ from voice_pipeline.cli import main
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import CRITICAL_PATH
+from voice_pipeline.machine import this_cpu
 
 pytestmark = pytest.mark.real_models
 
@@ -66,6 +67,15 @@ async def test_two_callers_two_turns_one_interrupted(
     assert report["server"]["budget_source"] == "the server's ready message"
     assert report["server"]["budgets"]["voice_to_voice"] > 0
     assert report["server"]["health"]["max_sessions"] == 4
+    # what the figures ran on: the settings chosen for this machine, as the engine runs them
+    machine = report["machine"]["server"]
+    assert machine["cpu"]["class"] == str(this_cpu().cpu_class) and machine["cpu"]["cores"] >= 1
+    running = engines.llm.settings  # type: ignore[attr-defined]
+    assert (machine["llm_dtype"], machine["llm_threads"], machine["kv_block_tokens"]) == (
+        running["dtype"], running["threads"], running["kv_block_tokens"],
+    )  # fmt: skip
+    assert machine["llm_dtype"] == ("bfloat16" if this_cpu().bf16_native else "float32")
+    assert f"server machine: {this_cpu().label}; LLM {running['dtype']}" in out
     assert report["ramp"] is None
     (step,) = report["steps"]
     assert set(step) == STEP_FIELDS

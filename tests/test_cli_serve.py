@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 import soundfile as sf
 from speech import espeak
@@ -30,6 +31,7 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.cli import _server_config, build_parser
 from voice_pipeline.config import Config, ServerConfig, load_config
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.machine import this_cpu
 from voice_pipeline.server.app import exposure_warnings
 
 EXE = [sys.executable, "-m", "voice_pipeline.cli"]
@@ -195,6 +197,12 @@ async def test_serve_until_a_signal_then_close_sessions_and_exit(fake_llm: str, 
         url = line.split("open ", 1)[1].split()[0]
         # bound to the loopback address only (the default), not to every interface
         assert listening_addresses(int(url.rsplit(":", 1)[1].strip("/"))) == {"127.0.0.1"}
+        # what its figures run on, with the floors measured at start (a remote LLM: no LLM floors)
+        async with httpx.AsyncClient() as client:
+            machine = (await client.get(url + "healthz", timeout=10)).json()["machine"]
+        assert machine["cpu"]["label"] == this_cpu().label and machine["llm_engine"] == "remote"
+        assert machine["floors"]["copy_gb_s"] > 0 and machine["floors"]["matmul_gflops"] > 0
+        assert machine["floors"]["llm"] == {"prefill_ms_per_token": None, "decode_ms_per_token": None}
         async with connect(url.replace("http://", "ws://") + "ws") as ws:
             start = {"type": "start", "version": 1, "sample_rate": 16000, "format": "pcm16"}
             await ws.send(json.dumps(start))
@@ -207,6 +215,9 @@ async def test_serve_until_a_signal_then_close_sessions_and_exit(fake_llm: str, 
         assert await asyncio.wait_for(proc.wait(), 60) == 0
         err = (await proc.stderr.read()).decode()
         assert "warmed up" in err and "closing 1 session(s)" in err and err.rstrip().endswith("stopped")
+        # one line at start says what was chosen for this machine, and why
+        (chosen,) = [line for line in err.splitlines() if line.startswith("machine: ")]
+        assert chosen.startswith(f"machine: {this_cpu().label}; asr.cpu_threads=") and "(" in chosen
         assert "Traceback" not in err
     finally:
         if proc.returncode is None:
@@ -266,6 +277,69 @@ async def test_serve_with_a_token_on_an_exposed_address_warns_and_talk_needs_the
         assert "no token is set" not in err  # it is set
         assert "?token=<the token>" in err
         assert token not in err + line + rest  # the token is never printed
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def _metrics(url: str) -> dict[str, float]:
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(url + "metrics", timeout=10)).text
+    return {
+        name.removeprefix("voice_pipeline_"): float(value)
+        for name, _, value in (line.rpartition(" ") for line in text.splitlines())
+        if name.startswith("voice_pipeline_")
+    }
+
+
+@pytest.mark.real_models
+async def test_serve_counts_audiosocket_calls_in_metrics_and_against_max_sessions(fake_llm: str) -> None:
+    from test_telephony_audiosocket import Asterisk
+
+    proc = await asyncio.create_subprocess_exec(
+        *EXE, "serve", "--port", "0", "--audiosocket-port", "0", "--max-sessions", "1", "--llm-url", fake_llm,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 180)).decode()
+        url = line.split("open ", 1)[1].split()[0]
+        while "AudioSocket calls on" not in (
+            said := (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        ):
+            assert said, "serve did not say where AudioSocket calls go"
+        port = int(said.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        call = Asterisk(reader, writer)
+        try:
+            call.begin()
+            call.say(espeak("What is the capital of France?"))
+            async with asyncio.timeout(30):
+                while (await _metrics(url))["sessions_active"] < 1:  # noqa: ASYNC110 -- over HTTP
+                    await asyncio.sleep(0.1)
+            async with connect(url.replace("http://", "ws://") + "ws") as ws:  # the call has the only slot
+                with pytest.raises(ConnectionClosed):
+                    await ws.send(json.dumps({"type": "start", "version": 1, "sample_rate": 16000}))
+                    await asyncio.wait_for(ws.recv(), 30)
+                assert ws.close_code == 1013
+            async with asyncio.timeout(120):  # the call's turn is answered and counted
+                while (await _metrics(url))["turns_total"] < 1:  # noqa: ASYNC110 -- over HTTP
+                    await asyncio.sleep(0.2)
+            assert len(call.audio()) >= 25  # half a second of "Hello there." reached the caller
+            await call.hang_up()
+            async with asyncio.timeout(10):
+                while not call.closed:  # noqa: ASYNC110 -- the server hangs up
+                    await asyncio.sleep(0.05)
+        finally:
+            await call.aclose()
+        async with asyncio.timeout(10):
+            while (m := await _metrics(url))["sessions_active"] > 0:  # noqa: ASYNC110 -- over HTTP
+                await asyncio.sleep(0.1)
+        assert m["sessions_total"] == 1 and m['sessions_refused_total{reason="limit"}'] == 1
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        assert "Traceback" not in (await proc.stderr.read()).decode()
     finally:
         if proc.returncode is None:
             proc.kill()

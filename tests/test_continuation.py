@@ -8,11 +8,10 @@ returns ``asr.text`` for any audio (and records how much audio each decode had).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 
 import pytest
 from fakes import RATE, Fakes, FakeTurnModel
-from test_session import REPLY, Harness, base_config, make_harness
+from harness import REPLY, Harness, base_config, make_harness
 
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
@@ -23,15 +22,6 @@ FRAME_S = 512 / RATE
 
 def with_turn(cfg: Config, **changes: object) -> Config:
     return dataclasses.replace(cfg, turn=dataclasses.replace(cfg.turn, **changes))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-async def h() -> AsyncIterator[Harness]:
-    harness = make_harness()
-    harness.fakes.llm.reply = REPLY
-    yield harness
-    harness.fakes.llm.release()
-    await harness.session.aclose()
 
 
 def first_audio_ns(h: Harness, turn: int) -> int:
@@ -291,4 +281,55 @@ async def test_babble_cannot_hold_a_turn_open() -> None:
         assert h.session.sizes()["turns_open"] <= 2
     finally:
         h.fakes.llm.release()
+        await h.session.aclose()
+
+
+# ---------------------------------------------------------------- the prefix cache, warmed ahead
+
+
+async def test_the_prompt_prefix_is_prefilled_while_the_user_speaks_and_dropped_for_the_real_request() -> (
+    None
+):
+    cfg = dataclasses.replace(
+        base_config(), asr=dataclasses.replace(base_config().asr, partial_interval_ms=0)
+    )
+    h = make_harness(cfg)
+    llm, d = h.fakes.llm, h.driver
+    try:
+        llm.reply = REPLY
+        await d.speak(0.5)
+        # at speech start the system prompt is warmed (one block of 32 estimated tokens or more)
+        assert [r.messages[0] for r in llm.prefills] == [ChatMessage("system", cfg.llm.system_prompt)]
+        await d.quiet_until(lambda: h.completed(1))
+        # a reply heard to its end cached the new history by generating it: no prefill for it
+        assert len(llm.prefills) == 1
+        rec = h.record(1)
+        assert rec.llm_prompt_tokens is not None  # the reply's request figures reach the ledger
+        # a reply cut short leaves history the cache has not seen: that is prefilled (when it
+        # adds a whole block of 32 tokens: a long question)
+        h.fakes.asr.text = "tell me everything you know about the history of the city of paris " * 2
+        llm.hold_after(8)
+        await d.speak(0.5)
+        await d.quiet_until(lambda: h.transport.played_samples(2) > 0)
+        h.session.interrupt()
+        llm.release()
+        await d.quiet_until(lambda: h.completed(2))
+        await d.settle()
+        assert len(llm.prefills) == 2
+        assert llm.prefills[-1].messages[1:] == tuple(h.session.history)
+        await h.settle_tasks()
+        assert llm.unfinished_requests() == 0
+    finally:
+        await h.session.aclose()
+
+
+async def test_no_prefill_when_prefill_ahead_is_off() -> None:
+    cfg = base_config()
+    cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, prefill_ahead=False))
+    h = make_harness(cfg)
+    try:
+        await h.driver.speak(0.5)
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert h.fakes.llm.prefills == []
+    finally:
         await h.session.aclose()

@@ -46,9 +46,9 @@ from voice_pipeline.server.protocol import ClientMessageError, ClientProtocol, S
 from voice_pipeline.telephony.audiosocket import (
     AudioSocketError,
     AudioSocketParser,
+    ErrorReceived,
     HungUp,
     Kind,
-    PeerError,
     frame,
 )
 from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
@@ -412,7 +412,7 @@ def audiosocket_ends(data: bytes) -> bool:
         events = parser.feed(data)
     except AudioSocketError:
         return True
-    return any(isinstance(e, HungUp | PeerError) for e in events)
+    return any(isinstance(e, HungUp | ErrorReceived) for e in events)
 
 
 async def audiosocket_exchange(port: int, data: bytes) -> None:

@@ -45,6 +45,16 @@ STORY = [ChatMessage("user", "Tell me a very long story about a dragon and a kni
         ),
         ('data:{"choices":[{"delta":{},"finish_reason":"stop"}]}', SSEChunk("", None, "stop")),
         ('data: {"choices":[],"usage":{"completion_tokens":8}}', SSEChunk("", 8, None)),
+        (
+            'data: {"choices":[{"delta":{"content":"The"}}],"usage":{"prompt_tokens":49,'
+            '"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":32}}}',
+            SSEChunk("The", 1, None, 49, 32),
+        ),
+        (  # a server without prompt token details; junk values are ignored
+            'data: {"choices":[],"usage":{"prompt_tokens":49,"completion_tokens":true,'
+            '"prompt_tokens_details":null}}',
+            SSEChunk("", None, None, 49, None),
+        ),
     ],
 )
 def test_parse_sse_line(line: str, expected: object) -> None:
@@ -194,4 +204,73 @@ async def test_abort_while_connecting(remote: RemoteVLLM, vllm_server_url: str) 
     await remote.abort("early")
     await task
     assert received == []
+    assert remote.unfinished_requests() == 0
+
+
+@pytest.mark.real_models
+async def prompt_figures(remote: RemoteVLLM, messages: list[ChatMessage], rid: str) -> LLMDelta:
+    """The last delta that says how the prompt was served (the cached count comes last)."""
+    deltas = [d async for d in remote.stream(messages, rid)]
+    assert deltas[0].prompt_tokens is not None and deltas[0].prefill_ms is not None
+    assert all(d.prompt_tokens is None for d in deltas[1:-1])
+    tail = deltas[-1]
+    if tail.prompt_tokens is not None:  # the final usage: no text, no tokens, the first's figures
+        assert (tail.text, tail.num_tokens, tail.prefill_ms) == ("", 0, deltas[0].prefill_ms)
+        return tail
+    return deltas[0]
+
+
+@pytest.mark.real_models
+async def test_the_reply_reports_prompt_and_cached_tokens(remote: RemoteVLLM) -> None:
+    served = []
+    for i in range(2):
+        messages = [QUESTION[0], ChatMessage("user", f"Name a fruit, please (remote {i}).")]
+        served.append(await prompt_figures(remote, messages, f"usage-{i}"))
+    for s in served:
+        assert s.prompt_tokens is not None and s.prompt_tokens > 32
+        assert s.prefill_ms is not None and s.prefill_ms > 0
+    # the server runs with --enable-prompt-tokens-details: the system prompt's block is reused
+    assert served[1].cached_tokens is not None and served[1].cached_tokens >= 32
+
+
+@pytest.mark.real_models
+async def test_prefill_warms_the_prefix_on_the_server(remote: RemoteVLLM) -> None:
+    from llm.base import PrefillOutcome
+
+    history = [
+        QUESTION[0],
+        ChatMessage("user", "I am planning a trip to Paris next spring with my two children."),
+        ChatMessage("assistant", "That sounds lovely. Spring is a fine time to visit Paris."),
+    ]
+    partial = "Which museums would you recommend for"
+    result = await remote.prefill([*history, ChatMessage("user", partial)], "remote-prefill")
+    assert result.outcome is PrefillOutcome.WARMED, result
+    assert result.prompt_tokens > 64 and remote.unfinished_requests() == 0
+    messages = [*history, ChatMessage("user", f"{partial} young children?")]
+    served = await prompt_figures(remote, messages, "after-prefill")
+    assert served.cached_tokens == result.prompt_tokens // 32 * 32, (served, result)
+
+
+@pytest.mark.real_models
+async def test_cancelling_a_remote_prefill_closes_it(remote: RemoteVLLM) -> None:
+    long = [QUESTION[0], ChatMessage("user", "some words " * 400)]
+    task = asyncio.create_task(remote.prefill(long, "remote-pre-cancel"))
+    await asyncio.sleep(0)
+    assert remote.unfinished_requests() == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert remote.unfinished_requests() == 0
+
+
+@pytest.mark.real_models
+async def test_aborting_a_remote_prefill_returns_quietly(remote: RemoteVLLM) -> None:
+    from llm.base import PrefillOutcome
+
+    long = [QUESTION[0], ChatMessage("user", "more words " * 400)]
+    task = asyncio.create_task(remote.prefill(long, "remote-pre-abort"))
+    await asyncio.sleep(0)
+    await remote.abort("remote-pre-abort")
+    result = await task
+    assert result.outcome is PrefillOutcome.ABORTED
     assert remote.unfinished_requests() == 0

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from llm.base import LLM, ChatMessage, LLMDelta
-from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, LLMConfig
+from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, ASRConfig, LLMConfig
 from voice_pipeline.errors import EngineError, ModelError
 
 if TYPE_CHECKING:
@@ -172,3 +172,93 @@ def test_convert_of_a_missing_gguf_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="not found"):
         convert_gguf_to_hf(tmp_path / "missing.gguf", tmp_path / "out", lambda msg: None)
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------- prefix cache and prefill
+
+
+def _history(tag: str) -> list[ChatMessage]:
+    """System prompt + a conversation no other test had (so nothing of it is cached)."""
+    return [
+        ChatMessage("system", DEFAULT_SYSTEM_PROMPT),
+        ChatMessage("user", f"My name is {tag}. What is the capital of France?"),
+        ChatMessage("assistant", "The capital of France is Paris, a city on the river Seine."),
+        ChatMessage("user", "And how many people live there, roughly speaking?"),
+        ChatMessage("assistant", "About two million people live in the city of Paris itself."),
+    ]
+
+
+def test_engine_runs_with_the_settings_chosen_for_this_machine(vllm_engine: LLM) -> None:
+    from llm.vllm_engine import VLLMEngine
+    from voice_pipeline.machine import choose, this_cpu
+
+    assert isinstance(vllm_engine, VLLMEngine)
+    t = choose(this_cpu(), LLMConfig(), ASRConfig())
+    assert vllm_engine.settings == {"dtype": t.dtype, "threads": t.llm_threads, "kv_block_tokens": 32}
+
+
+async def test_first_delta_says_how_the_prompt_was_served(vllm_engine: LLM) -> None:
+    firsts: list[LLMDelta] = []
+    for i in range(2):  # the second request finds the system prompt's whole block cached
+        messages = [QUESTION[0], ChatMessage("user", f"Name a colour, please ({request_id('c')}-{i}).")]
+        deltas = [d async for d in vllm_engine.stream(messages, request_id("served"))]
+        firsts.append(deltas[0])
+        assert all(d.prompt_tokens is None and d.prefill_ms is None for d in deltas[1:])
+    for first in firsts:
+        assert first.prompt_tokens is not None and first.prompt_tokens > 32
+        assert first.prefill_ms is not None and first.prefill_ms > 0
+        assert first.cached_tokens is not None and first.cached_tokens % 32 == 0
+    assert firsts[1].cached_tokens is not None and firsts[1].cached_tokens >= 32
+    print(f"\nfirst delta: {firsts[1].prompt_tokens} prompt tokens, {firsts[1].cached_tokens} cached, "
+          f"{firsts[1].prefill_ms:.0f} ms to the first token")
+
+
+async def test_prefill_puts_history_and_partial_into_the_cache(vllm_engine: LLM) -> None:
+    from llm.base import PrefillOutcome
+
+    history = _history(request_id("prefill"))
+    question = "What is the tallest building in the city, and how tall is it?"
+    partial = " ".join(question.split()[:5])
+    result = await vllm_engine.prefill([*history, ChatMessage("user", partial)], request_id("pre"))
+    assert result.outcome is PrefillOutcome.WARMED and result.error is None
+    assert result.prompt_tokens > 64 and result.elapsed_ms > 0
+    assert vllm_engine.unfinished_requests() == 0
+    stream = vllm_engine.stream([*history, ChatMessage("user", question)], request_id("after-pre"))
+    async with contextlib.aclosing(stream):
+        first = await anext(stream)
+    # every whole block of the prefilled prefix is reused: the prefix is a token prefix of the prompt
+    assert first.cached_tokens == result.prompt_tokens // 32 * 32, (first, result)
+    assert first.prompt_tokens is not None and first.prompt_tokens > result.prompt_tokens
+
+
+async def test_cancelling_a_prefill_aborts_it(vllm_engine: LLM) -> None:
+    long = [ChatMessage("system", DEFAULT_SYSTEM_PROMPT), ChatMessage("user", "words and more " * 300)]
+    task = asyncio.create_task(vllm_engine.prefill(long, request_id("pre-cancel")))
+    await asyncio.sleep(0.02)
+    assert vllm_engine.unfinished_requests() == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_abort_ends_a_prefill_quietly(vllm_engine: LLM) -> None:
+    from llm.base import PrefillOutcome
+
+    rid = request_id("pre-abort")
+    long = [ChatMessage("system", DEFAULT_SYSTEM_PROMPT), ChatMessage("user", "other words " * 400)]
+    task = asyncio.create_task(vllm_engine.prefill(long, rid))
+    await asyncio.sleep(0.02)
+    await vllm_engine.abort(rid)
+    result = await task  # no exception
+    assert result.outcome is PrefillOutcome.ABORTED
+    assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_a_prefill_too_long_fails_without_raising(vllm_engine: LLM) -> None:
+    from llm.base import PrefillOutcome
+
+    huge = [ChatMessage("user", "word " * (LLMConfig().max_model_len + 100))]
+    result = await vllm_engine.prefill(huge, request_id("pre-huge"))
+    assert result.outcome is PrefillOutcome.FAILED and "max_model_len" in (result.error or "")
+    assert vllm_engine.unfinished_requests() == 0

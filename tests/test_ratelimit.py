@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from voice_pipeline.server.ratelimit import (
-    Admission,
-    RateLimiter,
-    address_in,
-    client_address,
-    client_key,
-    parse_networks,
-)
+from voice_pipeline.access import address_in, parse_networks
+from voice_pipeline.server.ratelimit import Admission, RateLimiter, client_address, client_key
 
 S = 1_000_000_000
 

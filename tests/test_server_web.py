@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from voice_pipeline.access import token_ok
 from voice_pipeline.server.app import is_loopback
 from voice_pipeline.server.web import (
     content_type,
@@ -17,7 +18,6 @@ from voice_pipeline.server.web import (
     request_token,
     resolve_static,
     static_response,
-    token_ok,
     unauthorized_response,
 )
 

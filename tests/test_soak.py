@@ -158,11 +158,11 @@ async def test_the_audiosocket_transport_folds_played_frames_out_of_its_log() ->
                 await asyncio.sleep(0)
                 clock.advance_ms(200)
                 transport.played_samples(turn)
-            while transport._items or transport.frames_sent < 1500 * turn:  # noqa: ASYNC110
+            while transport.pacer._items or transport.frames_sent < 1500 * turn:  # noqa: ASYNC110
                 await asyncio.sleep(0)
             clock.advance_ms(40_000)
             assert transport.played_samples(turn) == 8000 * 30  # all of it heard, exactly
-            assert len(transport._log.get(turn, ())) <= 2  # not one entry per 20 ms frame
+            assert len(transport.pacer._log.get(turn, ())) <= 2  # not one entry per 20 ms frame
     finally:
         await transport.aclose()
 
@@ -175,11 +175,12 @@ async def test_the_audiosocket_transport_keeps_the_latest_turns(turns: int) -> N
     try:
         for turn in range(1, turns + 1):
             await transport.play(turn, np.ones(320, dtype=np.int16))
-            while transport._items or transport.frames_sent < turn:  # noqa: ASYNC110
+            while transport.pacer._items or transport.frames_sent < turn:  # noqa: ASYNC110
                 await asyncio.sleep(0)
             clock.advance_ms(100)
             transport.clear(turn)
-        books = (transport._queued_pos, transport._floor, transport._played, transport._epoch, transport._log)
+        p = transport.pacer
+        books = (p._queued_pos, p._floor, p._played, p._epoch, p._log)
         assert all(len(b) <= 66 for b in books), [len(b) for b in books]
     finally:
         await transport.aclose()
@@ -197,15 +198,16 @@ async def test_the_twilio_transport_forgets_marks_never_echoed_and_old_turns() -
     try:
         for turn in range(1, 201):  # 200 replies of 10 frames, a mark after each: none echoed
             await transport.play(turn, np.ones(1600, dtype=np.int16))
-            while transport._items:  # noqa: ASYNC110 -- the writer drains it
+            while transport.pacer._items:  # noqa: ASYNC110 -- the writer drains it
                 await asyncio.sleep(0)
             clock.advance_ms(200)
         await asyncio.sleep(0)
         assert transport.frames_sent == 2000
-        assert len(transport._pending) <= 512  # a far end that never echoes cannot grow them
-        books = (transport._queued_pos, transport._acked, transport._epoch)
+        assert len(transport.pacer._pending) <= 512  # a far end that never echoes cannot grow them
+        p = transport.pacer
+        books = (p._queued_pos, p._played, p._epoch)  # _played: the echoed marks
         assert all(len(b) <= 66 for b in books), [len(b) for b in books]
-        last = next(reversed(transport._pending))
+        last = next(reversed(p._pending))
         transport.mark_played(last)  # the latest marks are still understood
         assert transport.played_samples(200) == 1600
     finally:

@@ -14,9 +14,9 @@ from voice_pipeline.telephony.audiosocket import (
     AudioSocketParser,
     CallIdentified,
     DtmfReceived,
+    ErrorReceived,
     HungUp,
     Kind,
-    PeerError,
     frame,
 )
 
@@ -39,7 +39,7 @@ def test_a_call_fed_one_byte_at_a_time() -> None:
         AudioReceived(b"\x01\x00" * 160, 8000),
         AudioReceived(b"\x00\x00" * 320, 16000),
         DtmfReceived("7"),
-        PeerError(2),
+        ErrorReceived(2),
         HungUp(),
     ]
     assert parser.pending == 0

@@ -188,7 +188,7 @@ class Driver:
             case Sound(p=p):
                 assert m.user is not None
                 if p is None:
-                    return m.evidence(EvidenceFound(m.user, self.pause_end, sound_failed=True))
+                    return m.evidence(EvidenceFound(m.user, self.pause_end, no_sound=True))
                 return m.evidence(EvidenceFound(m.user, self.pause_end, p_complete=p))
             case Heard(turn=turn, text=text, said=said):
                 return m.transcribed(turn, text, said)
@@ -619,6 +619,17 @@ CASES = [
                 [CancelReply(1, CancelReason.UNHEARD), BeginTurn(2, 32 * F, 32 * F, None)],
                 {1: Phase.INTERRUPTED, 2: L},
             ),
+        ],
+        make=lambda: machine(VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)),
+    ),
+    Case(
+        "push-to-talk held past max_turn: the turn ends there; nothing more until the key is released",
+        [
+            (PttDown(), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Frames("#" * 31), [], {1: L}),
+            (Frames("#"), [end(1, 32, 32, Rule.MAX_TURN, 0), StartReply(1), Seal(1)], {1: RE}),
+            (Frames("#" * 10), [], {1: RE}),  # still held: the babble starts no new turn
+            (PttUp(), [], {1: RE}),
         ],
         make=lambda: machine(VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)),
     ),

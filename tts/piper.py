@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tts.chunker import is_speakable, strip_symbols
-from voice_pipeline.errors import EngineError, MissingPackageError, ModelError
+from voice_pipeline.errors import ClosedError, MissingPackageError, ModelError
 
 if TYPE_CHECKING:
     from piper.voice import PiperVoice
@@ -92,7 +92,7 @@ class PiperTTS:
         """Mono int16 audio for ``text``; empty if it has nothing to say. Blocking; thread-safe."""
         voice = self._voice
         if voice is None:
-            raise EngineError("PiperTTS is closed")
+            raise ClosedError("PiperTTS")
         text = strip_symbols(text)
         if not is_speakable(text):
             return np.zeros(0, dtype=np.int16)

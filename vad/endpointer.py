@@ -208,10 +208,10 @@ class Endpointer:
         *,
         cue: Cue | None = None,
         p_complete: float | None = None,
-        sound_failed: bool = False,
+        no_sound: bool = False,
     ) -> list[EndpointAction]:
-        """What the words (``cue``) or the sound (``p_complete``; ``sound_failed``: the model
-        could not tell) say about the pause that began after ``speech_end_sample``. Ends the
+        """What the words (``cue``) or the sound (``p_complete``; ``no_sound``: the model
+        failed or was not asked) say about the pause that began after ``speech_end_sample``. Ends the
         turn at once if the silence so far is already enough for the new evidence; ignored
         unless that pause is still running."""
         if self._state is not _State.PAUSE or speech_end_sample != self._speech_end:
@@ -220,7 +220,7 @@ class Endpointer:
         self._evidence = Evidence(
             cue=ev.cue if cue is None else cue,
             p_complete=ev.p_complete if p_complete is None else p_complete,
-            sound=ev.sound and not sound_failed,
+            sound=ev.sound and not no_sound,
         )
         actions: list[EndpointAction] = []
         self._check_end(self._position, actions)

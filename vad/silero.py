@@ -24,8 +24,8 @@ from numpy.typing import NDArray
 
 from vad.base import FrameSplitter
 from voice_pipeline.errors import (
+    ClosedError,
     ConfigError,
-    EngineError,
     MissingPackageError,
     ModelError,
 )
@@ -84,7 +84,7 @@ class SileroVAD:
         """Score one [1, context + window] input; return (probability, new state)."""
         session = self._session
         if session is None:
-            raise EngineError("the Silero VAD engine is closed")
+            raise ClosedError("the Silero VAD engine")
         out, new_state = session.run(None, {"input": window, "state": state, "sr": self._sr})
         return float(out[0, 0]), new_state
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from voice_pipeline.errors import AudioInputError, EngineError, MissingPackageError, ModelError
+from voice_pipeline.errors import AudioInputError, ClosedError, EngineError, MissingPackageError, ModelError
 
 SAMPLE_RATE_HZ = 16000
 #: seconds of audio the model sees (the end of the utterance)
@@ -136,7 +136,7 @@ class SmartTurn:
         """P(the utterance is complete) from its last 8 s. Blocking: call from a worker thread."""
         session = self._session
         if session is None:
-            raise EngineError("SmartTurn is closed", retryable=False)
+            raise ClosedError("SmartTurn")
         features = self._features(audio)
         try:
             out = session.run(None, {self._input: features})

@@ -18,12 +18,11 @@ from voice_pipeline.config import Config, load_config
 from voice_pipeline.errors import ConfigError, VoicePipelineError
 
 if TYPE_CHECKING:
+    from voice_pipeline.edge import SessionLimit
     from voice_pipeline.engines import Engines
+    from voice_pipeline.models import ModelPaths
     from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 
-# Nothing may download weights at run time.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 EXAMPLE = "example_questions.wav"
 
@@ -36,6 +35,7 @@ streaming TTS (Piper), with a per-stage latency budget ledger.
   voice-pipeline serve        talk to it from a browser (WebSocket server + demo page)
   voice-pipeline talk         talk to a running server from the terminal (push-to-talk)
   voice-pipeline bench        load-test a running server: latency per stage, capacity
+  voice-pipeline doctor       this machine, the settings chosen for it, an LLM micro-benchmark
 """
 
 
@@ -208,6 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
     from voice_pipeline.bench.cli import add_parser as add_bench_parser
 
     add_bench_parser(sub)
+
+    p = sub.add_parser(
+        "doctor",
+        help="show this machine, the settings chosen for it, and what its LLM gives",
+        description="Print the CPU (model, class: AVX-512 BF16 / AVX-512 / AVX2, usable cores), the "
+        "machine-dependent settings (LLM dtype, threads, KV block size) and why each was chosen "
+        "(a value set in --config always wins), the memory bandwidth and matmul rate measured now, "
+        "and a few-second LLM micro-benchmark beside those floors: first token cold and with the "
+        "system prompt cached, and milliseconds per generated token. Starting the LLM takes ~15 s.",
+    )
+    p.add_argument("--no-llm", action="store_true", help="skip the LLM micro-benchmark (no model is loaded)")
+    p.add_argument(
+        "--reps", type=int, default=5, metavar="N", help="requests per first-token figure (default: 5)"
+    )
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
+    _add_config_args(p)
     return parser
 
 
@@ -249,7 +265,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         try:
-            await engines.warm_up()
+            t0 = time.monotonic()
+            _stderr("warming up the engines ...")
+            await engines.warm_up(cfg.llm.system_prompt)
+            _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
             echo = EchoPath(args.echo_db, args.echo_delay_ms) if args.echo_db is not None else None
             result = await run_audio(engines, cfg, raw, in_rate, realtime=not args.fast, echo=echo)
         finally:
@@ -293,19 +312,36 @@ def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
     return dataclasses.replace(cfg, server=server)
 
 
-async def _start_audiosocket(engines: Engines, cfg: Config) -> AudioSocketServer | None:
+async def _start_audiosocket(engines: Engines, cfg: Config, limit: SessionLimit) -> AudioSocketServer | None:
     from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 
     port = cfg.server.audiosocket_port
     if port is None:
         return None
-    phones = AudioSocketServer(engines, cfg, cfg.server.host, port)
+    phones = AudioSocketServer(engines, cfg, cfg.server.host, port, limit=limit)  # /ws's limit and metrics
     try:
         await phones.start()
     except OSError as exc:
         raise VoicePipelineError(f"cannot listen on {cfg.server.host}:{port}: {exc.strerror or exc}") from exc
     _stderr(f"AudioSocket calls on {cfg.server.host}:{phones.port}")
     return phones
+
+
+def _floors(engines: Engines, paths: ModelPaths) -> dict[str, object] | None:
+    """Memory bandwidth and matmul rate measured now, and the LLM link's floors from them
+    (``machine.floors`` in /healthz: bench reports print them beside the figures)."""
+    from voice_pipeline.doctor import llm_floors, measure_floors, model_parameters
+
+    if engines.tuning is None:
+        return None
+    floors = measure_floors(engines.tuning, bandwidth_mib=64)  # well past any cache, light on RSS
+    params = model_parameters(paths.llm) if paths.llm is not None else None
+    return {
+        "copy_gb_s": floors.copy_gb_s,
+        "matmul_gflops": floors.matmul_gflops,
+        "matmul_dtype": floors.matmul_dtype,
+        "llm": llm_floors(floors, params, engines.tuning.dtype),
+    }
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -321,16 +357,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             t0 = time.monotonic()
             _stderr("warming up the engines ...")
-            await engines.warm_up()
+            await engines.warm_up(cfg.llm.system_prompt)
             _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
             server = VoiceServer(engines, cfg)
+            server.machine["floors"] = await asyncio.to_thread(_floors, engines, paths)
             try:
                 await server.start()
             except OSError as exc:
                 raise VoicePipelineError(
                     f"cannot listen on {cfg.server.host}:{cfg.server.port}: {exc.strerror or exc}"
                 ) from exc
-            phones = await _start_audiosocket(engines, cfg)
+            phones = await _start_audiosocket(engines, cfg, server.limit)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -368,13 +405,69 @@ def cmd_talk(args: argparse.Namespace) -> int:
     return talk(options(args))
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from llm import build_llm
+    from voice_pipeline.doctor import (
+        DoctorReport,
+        format_report,
+        llm_figures,
+        measure_floors,
+        model_parameters,
+    )
+    from voice_pipeline.machine import choose, this_cpu
+
+    cfg = _config(args)
+    if args.reps < 1:
+        raise ConfigError("--reps: must be >= 1")
+    tuning = choose(this_cpu(), cfg.llm, cfg.asr)
+    _stderr("measuring memory bandwidth and matmul speed ...")
+    floors = measure_floors(tuning)
+    figures = None
+    start_s = None
+    if not args.no_llm:
+        from voice_pipeline.models import prepare_models
+
+        paths = prepare_models(cfg, progress=_stderr)
+        _stderr(f"starting the LLM ({cfg.llm.engine}) ...")
+        t0 = time.monotonic()
+        llm = build_llm(tuning.llm(cfg.llm), paths.llm)
+        start_s = round(time.monotonic() - t0, 1)
+        params = model_parameters(paths.llm) if paths.llm is not None else None
+
+        async def bench() -> object:
+            try:
+                _stderr("LLM micro-benchmark ...")
+                return await llm_figures(
+                    llm, cfg.llm.system_prompt, reps=args.reps, parameters=params, dtype=tuning.dtype
+                )
+            finally:
+                await llm.aclose()
+
+        figures = asyncio.run(bench())
+    report = DoctorReport(tuning, floors, figures, start_s)  # type: ignore[arg-type]
+    print(format_report(report))
+    if args.json:
+        args.json.write_text(json.dumps(report.as_dict(), indent=2))
+        _stderr(f"wrote {args.json}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from voice_pipeline.bench.cli import run as run_bench
 
     return run_bench(args)
 
 
+def _offline() -> None:
+    """Nothing may download weights at run time (Hugging Face libraries read these)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _offline()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -389,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve": cmd_serve,
         "talk": cmd_talk,
         "bench": cmd_bench,
+        "doctor": cmd_doctor,
     }[args.command]
     try:
         return handler(args)

@@ -70,10 +70,17 @@ class TurnConfig:
     model_path: str | None = None
     #: onnxruntime intra-op threads of the turn model
     model_threads: int = 1
+    #: when the turn model runs in a pause: "words" = once the speculative transcript is in,
+    #: and only if the words are neutral (unfinished words wait the longest anyway; a
+    #: question mark ends the turn after the short wait); "pause" = at the first silent
+    #: frame, beside the speculative decode, always. On 2 cores the model's 130 ms slows the
+    #: decode or the LLM beside it (README "Turn-taking")
+    model_start: Literal["words", "pause"] = "words"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
-    #: the wait when words and sound disagree, or the evidence is not back yet
-    unsure_silence_ms: int = 700
+    #: the wait when words and sound disagree (a question mark, an unfinished sound), or the
+    #: evidence is not back yet; continuation catches a speaker who goes on after it
+    unsure_silence_ms: int = 500
     #: the longest wait, for an utterance that sounds or reads unfinished; the turn ends
     #: after this much silence anyway
     incomplete_silence_ms: int = 2000
@@ -97,7 +104,9 @@ class ASRConfig:
     compute_type: str = "int8"
     language: str = "en"
     beam_size: int = 1
-    cpu_threads: int = 2
+    #: CTranslate2 threads (0 = chosen for the machine: 2, or 1 on a single core; see
+    #: voice_pipeline/machine.py)
+    cpu_threads: int = 0
     num_workers: int = 1
     #: decode the growing utterance this often for partial transcripts (0 = no partials)
     partial_interval_ms: int = 600
@@ -125,13 +134,21 @@ class LLMConfig:
     top_p: float = 1.0
     #: vLLM KV cache size (mandatory on CPU)
     kv_cache_mib: int = 256
+    #: tokens per vLLM KV cache block (0 = chosen for the machine: 32 on CPU). The prefix
+    #: cache reuses whole blocks only, so a prompt shares at most a multiple of this many
+    #: tokens with an earlier one; vLLM's CPU default, 128, never reused a system prompt plus
+    #: a short question. On CPU it must be a multiple of 32 (16 has no kernel there).
+    kv_block_tokens: int = 0
     max_model_len: int = 2048
-    dtype: str = "bfloat16"
+    #: weights and activations: "auto" = bfloat16 where the CPU computes it natively
+    #: (AVX-512 BF16, AMX), else float32 (bf16 without hardware support is ~4x slower to the
+    #: first token); see voice_pipeline/machine.py. An explicit value always wins.
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
     #: a request with no token for this long (first token or between tokens) is an error:
     #: the turn ends with the spoken ``apology``
     request_timeout_s: float = 10.0
-    #: OpenMP threads of the in-process vLLM engine (0 = the measured default; an
-    #: ``OMP_NUM_THREADS`` set by the user wins)
+    #: OpenMP threads of the in-process vLLM engine (0 = chosen for the machine: 1 up to 3
+    #: cores, half the cores from 4; an ``OMP_NUM_THREADS`` set by the user wins)
     threads: int = 0
     #: spoken (and kept out of the history) when the ASR, LLM or TTS fails or stalls during a
     #: turn; "" = silent (the turn.failed event is sent either way)
@@ -154,6 +171,10 @@ class LLMConfig:
     #: start the LLM on the speculative transcript while the end-of-turn silence runs;
     #: used if the final transcript is the same, aborted if the user goes on speaking
     speculative_start: bool = True
+    #: while the user speaks, keep the system prompt, the history and the committed words
+    #: in the LLM's prefix cache (one-token prefill requests, llm/prefill.py), so the reply's
+    #: request prefills only its last tokens
+    prefill_ahead: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,6 +497,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm: request_timeout_s must be > 0, threads >= 0, history_max_tokens >= 64")
     if not 0 < cfg.llm.retry_initial_s <= cfg.llm.retry_max_s or cfg.llm.filler_after_ms < 0:
         raise ConfigError("llm: need 0 < retry_initial_s <= retry_max_s and filler_after_ms >= 0")
+    if cfg.llm.kv_block_tokens < 0 or cfg.llm.kv_block_tokens % 16:
+        raise ConfigError("llm.kv_block_tokens: must be 0 (auto) or a positive multiple of 16 (32 on CPU)")
+    if cfg.asr.cpu_threads < 0:
+        raise ConfigError("asr.cpu_threads: must be >= 0 (0 = chosen for the machine)")
     if cfg.tts.min_clause_words < 1:
         raise ConfigError("tts.min_clause_words: must be >= 1")
     b = cfg.barge_in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,7 +12,18 @@ from llm.base import LLM
 from tts.base import TTS
 from vad.base import VAD, TurnModel
 from voice_pipeline.config import Config
+from voice_pipeline.machine import Tuning, choose, this_cpu
 from voice_pipeline.models import ModelPaths
+
+log = logging.getLogger(__name__)
+
+
+def tune(cfg: Config, progress: Callable[[str], None]) -> Tuning:
+    """The settings chosen for this machine (explicit config values win), said once."""
+    tuning = choose(this_cpu(), cfg.llm, cfg.asr)
+    log.info("%s", tuning.summary())
+    progress(tuning.summary())
+    return tuning
 
 
 @dataclass(slots=True)
@@ -22,6 +34,8 @@ class Engines:
     tts: TTS
     #: the audio turn-completion model; None = the end-of-turn policy uses the words alone
     turn: TurnModel | None = None
+    #: the machine-dependent settings the engines were built with (None: built by hand)
+    tuning: Tuning | None = None
 
     @classmethod
     def load(cls, cfg: Config, paths: ModelPaths, progress: Callable[[str], None]) -> Engines:
@@ -37,21 +51,24 @@ class Engines:
             progress(f"loaded {name} in {time.monotonic() - t0:.1f} s")
             return engine
 
+        tuning = tune(cfg, progress)
         vad = step(
             f"VAD ({cfg.vad.engine})", lambda: build_vad(cfg.vad, cfg.audio.pipeline_rate_hz, paths.vad)
         )
-        asr = step(f"ASR ({cfg.asr.engine})", lambda: build_asr(cfg.asr, paths.asr))
+        asr = step(f"ASR ({cfg.asr.engine})", lambda: build_asr(tuning.asr(cfg.asr), paths.asr))
         tts = step(f"TTS ({cfg.tts.engine})", lambda: build_tts(cfg.tts, paths.tts))
-        llm = step(f"LLM ({cfg.llm.engine})", lambda: build_llm(cfg.llm, paths.llm))
+        llm = step(f"LLM ({cfg.llm.engine})", lambda: build_llm(tuning.llm(cfg.llm), paths.llm))
         turn = None
         if cfg.turn.semantic and cfg.turn.model != "none":
             turn = step(f"turn model ({cfg.turn.model})", lambda: build_turn_model(cfg.turn, paths.turn))
-        return cls(vad=vad, asr=asr, llm=llm, tts=tts, turn=turn)  # type: ignore[arg-type]
+        return cls(vad=vad, asr=asr, llm=llm, tts=tts, turn=turn, tuning=tuning)  # type: ignore[arg-type]
 
-    async def warm_up(self) -> None:
-        """One tiny request through each engine, so the first user turn does not pay
-        first-call costs (vLLM skips its own warm-up in eager mode; ORT and CTranslate2
-        allocate on first use)."""
+    async def warm_up(self, system_prompt: str = "You are a helpful voice assistant.") -> None:
+        """One small request through each engine, so the first user turn does not pay
+        first-call costs: vLLM (it skips its own warm-up in eager mode; the first request
+        after start was 60-100 ms slower), Piper and Whisper (onnxruntime and CTranslate2
+        allocate on first use), the VAD and the turn model. Every place the pipeline starts calls this
+        before the first session: ``serve``, ``run``, the benchmarks."""
         import asyncio
         import contextlib
 
@@ -59,12 +76,16 @@ class Engines:
 
         from llm.base import ChatMessage
 
-        stream = self.llm.stream([ChatMessage("user", "Say hello.")], "warm-up")
+        # the LLM: a turn-shaped request, generated to its end (prefill and decode both run)
+        messages = [ChatMessage("system", system_prompt), ChatMessage("user", "Say hello.")]
+        stream = self.llm.stream(messages, f"warm-up-{id(self)}-{time.monotonic_ns()}")
         async with contextlib.aclosing(stream):
             async for _ in stream:
-                break
-        await asyncio.to_thread(self.tts.synthesize, "Hello.")
+                pass
+        await asyncio.to_thread(self.tts.synthesize, "Hello there.")
         await asyncio.to_thread(self.asr.transcribe, np.zeros(self.asr.sample_rate_hz // 2, np.float32))
+        vad = self.vad.stream()
+        await asyncio.to_thread(vad.push, np.zeros(self.vad.frame_samples * 4, np.float32))
         if self.turn is not None:
             await asyncio.to_thread(self.turn.p_complete, np.zeros(self.turn.sample_rate_hz // 2, np.float32))
 

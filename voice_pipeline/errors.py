@@ -1,14 +1,39 @@
-"""The one error root of voice_pipeline and its hierarchy.
+"""The one error root of voice_pipeline and its whole hierarchy.
 
-::
+Every exception this project raises on purpose derives from :class:`VoicePipelineError`.
+The tree, with where each class lives (the protocol and client errors stay beside the
+code that raises them; this module holds the root and the shared bases)::
 
-    VoicePipelineError                 everything this project raises on purpose
-    ├── ConfigError                    bad config file / value (the user's to fix)
-    ├── AudioInputError                unreadable, empty or malformed input audio
-    ├── ModelError                     a model is missing, corrupt or failed to load
-    │   └── MissingPackageError        a pip package is not installed (says which command fixes it)
-    └── EngineError                    a stage failed at run time; ``retryable`` says whether
-                                       trying again can help (e.g. a remote LLM dropped the stream)
+    VoicePipelineError                  everything this project raises on purpose
+    ├── ConfigError                     bad config file / value (the user's to fix)
+    ├── AudioInputError                 unreadable, empty or malformed input audio
+    ├── ModelError                      a model is missing, corrupt or failed to load
+    │   └── MissingPackageError         a pip package is not installed (says which command fixes it)
+    ├── EngineError                     a stage failed at run time; ``retryable`` says whether
+    │   │                               trying again can help (e.g. a remote LLM dropped the stream)
+    │   └── ClosedError                 used after ``close()``/``aclose()`` (we closed it; never
+    │                                   retryable): engines, transcribers, sessions
+    ├── RemoteProtocolError             the peer sent something this side cannot use: a client
+    │   │                               error, answered in the protocol's own way, never a crash
+    │   ├── ClientMessageError          /ws (server/protocol.py; ``code`` = the wire error code)
+    │   ├── TwilioMessageError          Twilio Media Streams (telephony/twilio.py)
+    │   ├── AudioSocketError            Asterisk AudioSocket (telephony/audiosocket.py)
+    │   └── RealtimeClientError         OpenAI Realtime (realtime/errors.py; ``error`` = its shape)
+    ├── LocalProtocolError              this side asked for something the state forbids: a bug,
+    │   │                               not bad input (h11's distinction)
+    │   ├── TurnStateError              a turn transition not in the table (turnstate.py)
+    │   └── ResponseSequenceError       a Realtime response event out of order (realtime/response.py)
+    ├── BenchError                      ``voice-pipeline bench`` cannot go on (bench/errors.py)
+    │   ├── ServerUnreachableError      nothing answers at the URL
+    │   ├── SessionRefusedError         the server refused a session (``code``)
+    │   ├── SessionDroppedError         the server closed a session mid-run (``code``)
+    │   └── ArgumentsError              bad command-line arguments (bench/cli.py)
+    ├── TalkError                       ``voice-pipeline talk`` cannot go on (clients/talk.py)
+    │   ├── ServerUnreachableError      (the client's own: clients/talk.py)
+    │   ├── ServerRefusedError          the server refused the session
+    │   ├── ServerFailedError           the server reported a failure that ends the session
+    │   └── ConnectionDroppedError      the connection dropped (clients/talk_tty.py reconnects)
+    └── AudioDeviceError                no usable microphone or speaker (clients/audio_io.py)
 """
 
 from __future__ import annotations
@@ -45,3 +70,18 @@ class EngineError(VoicePipelineError):
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class ClosedError(EngineError):
+    """Something was used after it was closed (by us: trio's ClosedResourceError). Never retryable."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} is closed", retryable=False)
+
+
+class RemoteProtocolError(VoicePipelineError):
+    """The peer (a client, Twilio, Asterisk) sent something that cannot be used."""
+
+
+class LocalProtocolError(VoicePipelineError):
+    """This side tried something its own state machine forbids: a bug, not bad input."""

@@ -104,6 +104,11 @@ class Context(Protocol):
         """A turn ended: its words and what was heard of the reply (``cut``: not to the end)."""
         ...
 
+    def prefix(self) -> list[ChatMessage]:
+        """The part of the next request known before the user speaks (the system prompt and
+        the past turns): what the session keeps warm in the LLM's prefix cache."""
+        ...
+
 
 class History:
     """One session's conversation. ``version`` changes whenever the messages do (a reply

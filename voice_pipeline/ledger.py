@@ -13,11 +13,34 @@ path stages are consecutive intervals between marks, so they add up exactly to
 A :class:`SessionLedger` keeps the latest completed turns' records and per-stage
 aggregates over the whole session (bounded however long the session runs).
 
-Fixed phrases do not count as the reply: a filler spoken while the reply is late
-gets its own mark (``filler_sent``) and figure (:attr:`TurnRecord.filler_ms`, from
-the end of user speech), and ``voice_to_voice`` still ends at the reply's own first
-audio; a failed turn's apology is marked ``apology_sent`` and has no
-``voice_to_voice`` unless some of the reply itself was spoken.
+Fixed phrases do not count as the reply: a late reply's filler has its own mark
+(``filler_sent``) and figure (:attr:`TurnRecord.filler_ms`), a failed turn's apology is
+``apology_sent``; ``voice_to_voice`` ends at the reply's own first audio only.
+
+Where latency is measured: every mark and the one place that sets it (the session's
+clock; input times are capture stamps, :meth:`voice_pipeline.inputbuf.InputHistory.time_of`)::
+
+    speech_start        turn.Turn.begin            capture time of the turn's first voiced frame
+    speech_end          turn.Turn.end              capture time of the acoustic end (Session._acoustic_end)
+    endpoint            turn.Turn.end              the end of turn is carried out (the machine's EndTurn)
+    transcript_final    session.Session._answer    the final transcript is in hand
+    llm_first_token     reply.Reply._generate      the first LLM delta arrives (prefetched or requested)
+    first_clause        reply.Reply._generate      the first complete clause is queued for Piper
+    tts_first_audio     reply.Reply._speak         its audio is synthesized
+    first_audio_sent    reply.Reply._speak         it was handed to the transport (not paused)
+    llm_done            reply.Reply._generate      the LLM stream ended
+    last_audio_sent     reply.Reply._speak         the last clause was handed to the transport
+    turn_end            turn.Turn.finish           the reply is over (played, cut or failed)
+    barge_in_onset      turn.Turn.pause_reply      onset of the interrupting speech (the barge-in tracker)
+    flush_sent          turn.Turn.pause_reply      the transport was told to flush; nothing more is sent
+    barge_in_confirmed  turn.Turn.cancel_reply     the interruption was decided for good
+    llm_aborted         reply.Reply.run            the reply's task was cancelled (the request aborted) ...
+    tts_stopped         reply.Reply.run            ... and synthesis stopped (the same moment)
+    filler_sent         reply.Reply._speak         the filler was handed to the transport
+    apology_sent        reply.Reply.say            the apology was handed to the transport
+
+A continued turn (the user went on before hearing the reply) forgets every mark but
+``speech_start`` (:meth:`TurnLedger.continued`), so its stages measure the final attempt.
 """
 
 from __future__ import annotations
@@ -213,6 +236,11 @@ class TurnRecord:
     #: work of those dropped replies (``work`` is the answer's own)
     discarded_tokens: int = 0
     discarded_audio_s: float = 0.0
+    #: the reply's LLM request, as its engine reported it (None: not known): prompt tokens,
+    #: how many of them came from the prefix cache, and request -> first token (ms)
+    llm_prompt_tokens: int | None = None
+    llm_cached_tokens: int | None = None
+    llm_prefill_ms: float | None = None
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
         marks = (
@@ -231,7 +259,12 @@ class TurnRecord:
                 for b in self.budgets_broken
             ],
             "asr": {"decode_ms": round(self.asr_decode_ms, 1), "speculative": self.asr_speculative},
-            "llm": {"prefetched": self.llm_prefetched},
+            "llm": {
+                "prefetched": self.llm_prefetched,
+                "prompt_tokens": self.llm_prompt_tokens,
+                "cached_tokens": self.llm_cached_tokens,
+                "prefill_ms": None if self.llm_prefill_ms is None else round(self.llm_prefill_ms, 1),
+            },
             "false_interruptions": self.false_interruptions,
             "interruption": self.interruption,
             "failed": self.failed,
@@ -275,6 +308,18 @@ class TurnLedger:
         self.discarded_tokens = 0
         self.discarded_audio_s = 0.0
         self._allowance_ms: dict[str, float] = {}
+        self.llm_prompt_tokens: int | None = None
+        self.llm_cached_tokens: int | None = None
+        self.llm_prefill_ms: float | None = None
+
+    def llm_request(
+        self, prompt_tokens: int | None, cached_tokens: int | None, prefill_ms: float | None
+    ) -> None:
+        """How the reply's LLM request was served (from its first delta); the first call wins."""
+        if self.llm_prompt_tokens is None and self.llm_prefill_ms is None:
+            self.llm_prompt_tokens = prompt_tokens
+            self.llm_cached_tokens = cached_tokens
+            self.llm_prefill_ms = prefill_ms
 
     def mark(self, mark: Mark, t_ns: int) -> list[BudgetBreach]:
         """Record ``mark`` at ``t_ns``; return the budgets broken by stages it ends."""
@@ -316,6 +361,8 @@ class TurnLedger:
         self.llm_prefetched = False
         self.false_interruptions = 0
         self.end_of_turn = None
+        self.llm_prompt_tokens = self.llm_cached_tokens = None
+        self.llm_prefill_ms = None
 
     def compute(self, name: str, start_ns: int, end_ns: int) -> None:
         """Record a model's compute span on the critical path (the first one of a name wins)."""
@@ -377,6 +424,9 @@ class TurnLedger:
             continuations=self.continuations,
             discarded_tokens=self.discarded_tokens,
             discarded_audio_s=self.discarded_audio_s,
+            llm_prompt_tokens=self.llm_prompt_tokens,
+            llm_cached_tokens=self.llm_cached_tokens,
+            llm_prefill_ms=self.llm_prefill_ms,
         )
 
 

@@ -267,6 +267,9 @@ class Reply:
         self.options = ReplyOptions()
         #: the LLM was stopped at the reply's token limit
         self.token_limit = False
+        #: the LLM request's delta that says how the prompt was served (prompt and cached
+        #: tokens, prefill ms); the session copies it into the ledger (TurnLedger.llm_request)
+        self.llm_first: LLMDelta | None = None
         self.audio_synthesized_s = 0.0
         self.request_id = f"reply-{id(self)}-{turn_id}"
         #: "llm" or "tts" once a stage of this reply has raised
@@ -375,6 +378,10 @@ class Reply:
         try:
             async with contextlib.aclosing(stream):  # closing aborts the engine's request
                 async for delta in stream:
+                    if delta.prompt_tokens is not None:
+                        self.llm_first = delta  # the latest says most (see LLMDelta)
+                    if not delta.text and not delta.num_tokens:
+                        continue  # figures only
                     self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
                     self.llm_tokens += delta.num_tokens
                     self.text += delta.text

@@ -34,10 +34,10 @@ from voice_pipeline import events as ev
 from voice_pipeline.audio import finite_audio, read_audio, resample, write_audio
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.edge import SessionScope
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import TurnRecord
 from voice_pipeline.playout import Playout
-from voice_pipeline.session import Session
 
 #: silence fed after the input ends, at most, while waiting for the last reply
 MAX_TAIL_S = 60.0
@@ -182,7 +182,8 @@ async def run_audio(
         on_event(event)
 
     transport = FileTransport(out_rate, clock, observe)
-    session = Session(engines, cfg, transport)
+    scope = SessionScope(engines, cfg)
+    session = scope.open(transport)
     tail = np.zeros(frame, dtype=np.float32)
     room = _Room(echo, transport.playout, out_rate, rate) if echo is not None and realtime else None
     fed = 0
@@ -212,7 +213,7 @@ async def run_audio(
                 break
         await session.wait_idle()
     finally:
-        await session.aclose()
+        await scope.aclose()
     records = tuple(completed)
     turns = [r.as_dict(timeline={k: clock.seconds(v) * 1000 for k, v in r.marks_ns.items()}) for r in records]
     out_len = round(len(audio) / rate * out_rate)

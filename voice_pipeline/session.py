@@ -50,6 +50,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from llm.base import ChatMessage
+from llm.prefill import PrefillPlanner, Prefix
 from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
 from voice_pipeline import turnevents as te
@@ -58,7 +59,7 @@ from voice_pipeline.clock import ms_to_ns, now_ns
 from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
 from voice_pipeline.echo import EchoGate
 from voice_pipeline.engines import Engines
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import ClosedError
 from voice_pipeline.history import Context, History
 from voice_pipeline.inputbuf import InputHistory
 from voice_pipeline.ledger import Mark, SessionLedger, TurnRecord
@@ -66,6 +67,7 @@ from voice_pipeline.reply import Phrases, ReplyOptions, ReplyRequest
 from voice_pipeline.transport import Transport
 from voice_pipeline.turn import Turn, TurnContext
 from voice_pipeline.turnstate import TurnMachine
+from voice_pipeline.warmer import PrefixWarmer
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +122,15 @@ class Session:
             self._spawn,
             on_evidence=lambda found: self._execute(self._machine.evidence(found)),
             on_audible=self._reply_audible,
+            on_committed=self._warm,
         )
         self.ledger = SessionLedger(cfg.budget)
         self._history = History(cfg.llm.system_prompt, cfg.llm.history_max_tokens)
+        block = (
+            engines.tuning.kv_block_tokens if engines.tuning is not None else cfg.llm.kv_block_tokens or 32
+        )
+        planner = PrefillPlanner(block_tokens=block, tag=f"{id(self):x}")
+        self._warmer = PrefixWarmer(engines.llm, planner, self._spawn, enabled=cfg.llm.prefill_ahead)
         self._context: Context = context or self._history
         self._reply_options = ReplyOptions()
         self._requests: dict[int, ReplyRequest] = {}  # asked for, until their turn begins
@@ -153,7 +161,7 @@ class Session:
     async def push_audio(self, samples: NDArray[np.float32], t_ns: int | None = None) -> None:
         """Feed mono float32 input at ``rate_hz``; ``t_ns`` = when its last sample was captured."""
         if self._closed:
-            raise VoicePipelineError("session is closed")
+            raise ClosedError("the session")
         if not self._phrases_prepared:
             self._prepare_phrases()
         samples = finite_audio(samples)  # one NaN would corrupt the VAD's recurrent state
@@ -251,6 +259,7 @@ class Session:
                     self._capture = turn
                     self._idle.clear()
                     turn.begin(self._input.time_of(onset), start, self._input.since(start))
+                    self._warm()
                 case te.BeginReply(turn_id=tid):
                     turn = Turn(tid, self.ledger.new_turn(tid), self._ctx, spoken_over=None)
                     self._turns[tid] = turn
@@ -270,6 +279,7 @@ class Session:
                 case te.StopSpeculating(turn_id=tid):
                     self._turns[tid].utterance.stop_speculating()
                 case te.Prefetch(turn_id=tid):
+                    self._warmer.llm_starting()
                     turn = self._turns[tid]
                     tag = f"{id(self)}-{tid}-{turn.epoch}"
                     request = functools.partial(self._context.request, turn_id=tid)
@@ -278,6 +288,7 @@ class Session:
                     speech_end = self._input.time_of(self._acoustic_end(end.speech_end_sample))
                     self._turns[tid].end(end, speech_end)
                 case te.StartReply(turn_id=tid):
+                    self._warmer.llm_starting()
                     self._start_reply(self._turns[tid])
                 case te.PauseReply(turn_id=tid, onset_ns=onset):
                     self._turns[tid].pause_reply(onset)
@@ -290,6 +301,17 @@ class Session:
                         self._capture = None
                 case te.Answer() | te.Keep() | te.Dismiss():
                     pass  # read by the reply task that asked (see _answer)
+
+    def _warm(self, committed: str = "") -> None:
+        """Keep the next request's known start in the LLM's prefix cache (voice_pipeline/warmer.py):
+        the system prompt and history, and the committed words of the user's utterance."""
+        idle = not self._replying and not any(t.utterance.prefetching for t in self._turns.values())
+        self._warmer.warm(self._prefix(committed), idle=idle)
+
+    def _prefix(self, committed: str = "") -> Prefix:
+        """The known start of the next request: the context's prefix (system prompt and the
+        past turns: the History, or a realtime session's conversation) + the committed words."""
+        return Prefix(tuple(self._context.prefix()), committed.strip())
 
     def _acoustic_end(self, vad_end: int) -> int:
         """The VAD's last voiced frame ends 40-100 ms after the sound does (model
@@ -384,6 +406,9 @@ class Session:
                 self._context.remember(turn.user_text, heard, cut=turn.interrupted or turn.failed is not None)
         self._execute(self._machine.reply_finished(turn.turn_id))
         self._reply_over(turn.turn_id)
+        if record.assistant_text and not turn.interrupted and turn.failed is None:
+            self._warmer.served(self._prefix())  # the reply's own generation cached it
+        self._warm()
         self._turns.pop(turn.turn_id, None)
         self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
         if self._machine.user is None and not self._replying:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from asr.streaming import PartialTranscript
 from vad.end_of_turn import Rule
 from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
@@ -58,6 +59,8 @@ class TurnContext:
     on_evidence: Callable[[EvidenceFound], None]
     #: the reply of (turn id, epoch) became audible
     on_audible: Callable[[int, int], None]
+    #: the committed words of the user's partial transcript grew
+    on_committed: Callable[[str], None]
 
 
 class Turn:
@@ -76,10 +79,9 @@ class Turn:
             time_of=ctx.time_of,
             spawn=ctx.spawn,
             on_evidence=ctx.on_evidence,
-            on_partial=lambda p: ctx.transport.emit(
-                ev.TranscriptPartial(turn_id, ctx.clock(), p.committed, p.tentative)
-            ),
+            on_partial=functools.partial(self._partial, turn_id),
         )
+        self._committed = ""
         self.epoch = 0
         self.reply_task: asyncio.Task[None] | None = None
         self.reply: Reply | None = None
@@ -91,6 +93,13 @@ class Turn:
         self.done = False
 
     # ------------------------------------------------------------ bookkeeping
+
+    def _partial(self, turn_id: int, p: PartialTranscript) -> None:
+        ctx = self._ctx
+        ctx.transport.emit(ev.TranscriptPartial(turn_id, ctx.clock(), p.committed, p.tentative))
+        if p.committed != self._committed:
+            self._committed = p.committed
+            ctx.on_committed(p.committed)
 
     def mark(self, mark: Mark, t_ns: int) -> None:
         ctx = self._ctx
@@ -240,6 +249,9 @@ class Turn:
         if reply is not None:
             self.ledger.llm_tokens = reply.llm_tokens
             self.ledger.audio_synthesized_s = reply.audio_synthesized_s
+            first = reply.llm_first
+            if first is not None:
+                self.ledger.llm_request(first.prompt_tokens, first.cached_tokens, first.prefill_ms)
         record = self.ledger.finish(
             user_text=self.user_text,
             assistant_text=reply.text.strip() if reply else "",

@@ -21,14 +21,15 @@ from voice_pipeline.bargein import InterruptionKind
 
 @dataclass(frozen=True, slots=True)
 class EvidenceFound:
-    """What the words (``cue``) or the sound (``p_complete``, or ``sound_failed``: the model
-    could not tell) of the pause after ``speech_end_sample`` of turn ``turn_id`` say."""
+    """What the words (``cue``) or the sound (``p_complete``; ``no_sound``: the model failed,
+    or was not asked because the words already decide) of the pause after
+    ``speech_end_sample`` of turn ``turn_id`` say."""
 
     turn_id: int
     speech_end_sample: int
     cue: Cue | None = None
     p_complete: float | None = None
-    sound_failed: bool = False
+    no_sound: bool = False
 
 
 class Detection(enum.StrEnum):

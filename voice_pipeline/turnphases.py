@@ -46,7 +46,7 @@ import enum
 from dataclasses import dataclass
 
 from vad.end_of_turn import Rule
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import LocalProtocolError
 
 
 class Phase(enum.StrEnum):
@@ -102,7 +102,7 @@ REPLY_PHASES = frozenset({Phase.REPLYING, Phase.AUDIBLE, Phase.PAUSED})
 HEARD_PHASES = frozenset({Phase.AUDIBLE, Phase.PAUSED})
 
 
-class TurnStateError(VoicePipelineError):
+class TurnStateError(LocalProtocolError):
     """A transition not in :data:`TRANSITIONS` was attempted: a bug, not bad input."""
 
 

@@ -171,7 +171,7 @@ class TurnMachine:
         if cue is not None and cue is not Cue.INCOMPLETE and prefetch:  # not with no reply to come
             cmds.append(Prefetch(turn_id))
         steps = self.endpointer.evidence(
-            found.speech_end_sample, cue=cue, p_complete=found.p_complete, sound_failed=found.sound_failed
+            found.speech_end_sample, cue=cue, p_complete=found.p_complete, no_sound=found.no_sound
         )
         for step in steps:
             self._endpoint(step, cmds)

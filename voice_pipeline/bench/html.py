@@ -14,6 +14,7 @@ import html
 import json
 from typing import Any
 
+from voice_pipeline.bench.report import machine_lines
 from voice_pipeline.ledger import CRITICAL_PATH
 
 COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2")
@@ -173,6 +174,7 @@ def to_html(report: dict[str, Any]) -> str:
         "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td:first-child{text-align:left}"
         ".warn{color:#a00}pre{background:#f6f6f6;padding:8px;overflow:auto}</style></head><body>",
         "<h1>voice-pipeline bench</h1>",
+        *(f'<p class="machine">{_e(line)}</p>' for line in machine_lines(report.get("machine") or {})),
         f"<pre>{_e(json.dumps(report['config'], indent=1))}</pre>",
     ]
     parts += [f'<p class="warn">WARNING: {_e(w)}</p>' for w in report["warnings"]]

@@ -13,6 +13,10 @@ Figures per step (one step, or one per ramp size):
   the server cut into more than one turn (the premature end-of-turn rate), the ends of
   turn continuation undid, the reply audio heard while the speaker was still talking,
   and voice-to-voice of complete questions beside that of paused sentences.
+
+``machine`` says what the figures ran on: the server's CPU (model, class -- AVX-512 BF16 /
+AVX-512 / AVX2, emulated or not --, usable cores) and its machine-dependent settings (LLM
+dtype, threads, KV block size, ASR threads) from its ``/healthz``, and the bench's own CPU.
 """
 
 from __future__ import annotations
@@ -205,6 +209,44 @@ def step_json(step: StepResult, budgets: dict[str, float]) -> dict[str, Any]:
     }
 
 
+def machine_json(result: BenchResult) -> dict[str, Any]:
+    server = (result.health or {}).get("machine")
+    return {"server": server if isinstance(server, dict) else None, "bench": result.bench_machine}
+
+
+def machine_lines(machine: dict[str, Any]) -> list[str]:
+    """``server: AVX2, 2 cores (AMD EPYC); float32, 1 LLM thread, ...`` (and the bench's CPU)."""
+    server, bench = machine.get("server"), machine.get("bench")
+    if server is None:
+        lines = ["server machine: not reported (no machine in its /healthz: an older server, or a proxy)"]
+    else:
+        cpu = server.get("cpu") or {}
+        if server.get("llm_engine") == "vllm":
+            llm = (
+                f"LLM {server.get('llm_dtype')}, {server.get('llm_threads')} thread(s), "
+                f"KV blocks of {server.get('kv_block_tokens')} tokens"
+            )
+        else:
+            llm = f"LLM on a {server.get('llm_engine')} server"
+        lines = [f"server machine: {cpu.get('label')}; {llm}; ASR {server.get('asr_threads')} thread(s)"]
+        floors = server.get("floors")
+        if isinstance(floors, dict):
+            llm_floor = floors.get("llm") or {}
+            pre, dec = llm_floor.get("prefill_ms_per_token"), llm_floor.get("decode_ms_per_token")
+            link = (
+                f"; LLM link >= {pre:.2f} ms per prompt token to prefill, >= {dec:.1f} ms per generated token"
+                if isinstance(pre, float) and isinstance(dec, float)
+                else ""
+            )
+            lines.append(
+                f"server floors: memory {floors.get('copy_gb_s')} GB/s, matmul {floors.get('matmul_gflops')} "
+                f"GFLOPS ({floors.get('matmul_dtype')}){link}"
+            )
+    if bench is not None and (server is None or bench.get("label") != (server.get("cpu") or {}).get("label")):
+        lines.append(f"bench machine: {bench.get('label')}")
+    return lines
+
+
 def warnings(result: BenchResult) -> list[str]:
     out = list(result.warnings)
     for step in result.steps:
@@ -279,6 +321,7 @@ def to_json(result: BenchResult) -> dict[str, Any]:
         "schema": SCHEMA,
         "config": {**result.options.as_dict(), "speech": result.speech},
         "server": {"health": result.health, "budgets": result.budgets, "budget_source": result.budget_source},
+        "machine": machine_json(result),
         "summary": measured[-1]["summary"] if measured else None,
         "ramp": ramp_json(result),
         "steps": steps,
@@ -378,7 +421,7 @@ def format_text(result: BenchResult) -> str:
         f"voice-pipeline bench: {o.protocol} {o.url}, {o.turns} turn(s) per session, seed {o.seed}, "
         f"budgets from {result.budget_source}"
     )
-    lines = [head]
+    lines = [head, *machine_lines(machine_json(result))]
     for step in result.steps:
         lines += format_step(step, result.budgets)
     ramp = ramp_json(result)

@@ -39,6 +39,7 @@ from voice_pipeline.bench.stats import (
 from voice_pipeline.bench.tracker import TurnResult
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.ledger import STAGES
+from voice_pipeline.machine import this_cpu
 
 HTTP_TIMEOUT_S = 5.0
 #: refusals that mean "no more sessions now" (the ramp's stop), not a mistake: the session
@@ -75,6 +76,9 @@ class BenchResult:
     steps: list[StepResult] = field(default_factory=list)
     verdict: RampVerdict | None = None
     warnings: list[str] = field(default_factory=list)
+    #: the bench's own machine (voice_pipeline.machine.CPUInfo.as_dict); the server's is in
+    #: ``health["machine"]``
+    bench_machine: dict[str, Any] | None = None
 
 
 # ------------------------------------------------------------ plain HTTP beside the WebSocket
@@ -271,6 +275,7 @@ async def run_bench(
         speech=[
             c.text for c in (*speech.questions, *speech.long_prompts, *speech.interruptions, *speech.paused)
         ],
+        bench_machine=this_cpu().as_dict(),
     )
     if opts.protocol == "twilio":
         result.budget_source = "the local latency_budget.yaml (Twilio's protocol does not carry the server's)"

@@ -135,6 +135,10 @@ class RealtimeContext:
                 del self._prompts[min(self._prompts)]
         return messages
 
+    def prefix(self) -> list[ChatMessage]:
+        """The instructions and the conversation so far (kept warm in the prefix cache)."""
+        return self.messages_for(self._instructions, self.conversation.items)
+
     def prompt_tokens(self, turn_id: int) -> int | None:
         """The estimated prompt tokens of the latest request made for ``turn_id``."""
         return self._prompts.get(turn_id)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import RemoteProtocolError
 
 #: longest excerpt of a client's value quoted back in an error message
 _QUOTE_CHARS = 60
@@ -94,7 +94,7 @@ class ProtocolError:
         return self if event_id is None else replace(self, event_id=event_id)
 
 
-class RealtimeClientError(VoicePipelineError):
+class RealtimeClientError(RemoteProtocolError):
     """A client event was refused; ``error`` is what the client is told. The session goes on."""
 
     def __init__(self, error: ProtocolError) -> None:

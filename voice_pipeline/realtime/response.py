@@ -36,7 +36,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import LocalProtocolError
 from voice_pipeline.heard import SpokenClause
 from voice_pipeline.realtime.audio import AudioFormat
 from voice_pipeline.realtime.client_events import ConversationMode, ResponseParams
@@ -81,7 +81,7 @@ from voice_pipeline.realtime.session_update import Unset, check_voice
 from voice_pipeline.realtime.tools import FunctionTool, ToolChoice, check_tools
 
 
-class ResponseSequenceError(VoicePipelineError):
+class ResponseSequenceError(LocalProtocolError):
     """A sequencer step called out of order (a bug of the caller, not the client's)."""
 
 

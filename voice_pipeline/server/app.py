@@ -13,8 +13,10 @@ minute (else HTTP 429) and, on ``/ws`` and ``/v1/realtime`` with ``auth_token``
 set, the token must match (else HTTP 401); then the Origin must be allowed (else
 close 1008), the server must not be stopping (1001), and fewer than
 ``max_sessions`` may be connected, whatever the route (else 1013; a realtime
-client gets an ``error`` event first); those already connected are never
-affected. With ``certfile``/``keyfile`` it serves https/wss.
+client gets an ``error`` event first) -- counted over every edge that shares
+:attr:`VoiceServer.limit` (``serve`` gives it to its AudioSocket server too);
+those already connected are never affected. With ``certfile``/``keyfile`` it
+serves https/wss.
 
 websockets' own DEBUG logging is never enabled on this server: it would write
 request headers and URLs (the token) and frame contents (audio) to the log.
@@ -37,10 +39,13 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
+from voice_pipeline.access import parse_networks, token_ok
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config, ServerConfig
+from voice_pipeline.edge import SessionLimit
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.machine import choose, this_cpu
 from voice_pipeline.realtime.connection import (
     MESSAGE_LIMIT_FACTOR,
     RealtimeConnection,
@@ -52,7 +57,7 @@ from voice_pipeline.realtime.session_config import ServerProfile
 from voice_pipeline.server.connection import VoiceConnection
 from voice_pipeline.server.metrics import CONTENT_TYPE, ServerMetrics
 from voice_pipeline.server.protocol import PROTOCOL_VERSION
-from voice_pipeline.server.ratelimit import RateLimiter, client_address, client_key, parse_networks
+from voice_pipeline.server.ratelimit import RateLimiter, client_address, client_key
 from voice_pipeline.server.web import (
     default_static_dir,
     json_response,
@@ -62,7 +67,6 @@ from voice_pipeline.server.web import (
     request_token,
     response,
     static_response,
-    token_ok,
     unauthorized_response,
 )
 from voice_pipeline.telephony.twilio_connection import TwilioConnection
@@ -142,6 +146,8 @@ class VoiceServer:
         self._scfg = cfg.server
         self._clock = clock
         self.metrics = ServerMetrics()
+        #: ``max_sessions`` over every edge of this server (AudioSocket's calls too), and its metrics
+        self.limit = SessionLimit(self._scfg.max_sessions, self.metrics)
         self.static_dir = Path(self._scfg.static_dir) if self._scfg.static_dir else default_static_dir()
         self.connections: set[VoiceConnection | TwilioConnection | RealtimeConnection] = set()
         self.realtime_profile = realtime or server_profile(cfg)
@@ -152,6 +158,14 @@ class VoiceServer:
         self._ssl = server_ssl_context(self._scfg)
         self._limiter = RateLimiter(self._scfg.max_new_sessions_per_ip_per_min)
         self._trusted_proxies = parse_networks(self._scfg.trusted_proxies)
+        tuning = engines.tuning or choose(this_cpu(), cfg.llm, cfg.asr)
+        #: what the figures of this server ran on (``machine`` in /healthz, so bench reports carry it)
+        self.machine = tuning.as_dict()
+        running = getattr(engines.llm, "settings", None)  # what the in-process engine runs with
+        if isinstance(running, dict):
+            self.machine["llm_dtype"] = running.get("dtype", self.machine["llm_dtype"])
+            self.machine["llm_threads"] = running.get("threads", self.machine["llm_threads"])
+            self.machine["kv_block_tokens"] = running.get("kv_block_tokens", self.machine["kv_block_tokens"])
 
     @property
     def max_realtime_message_bytes(self) -> int:
@@ -208,7 +222,7 @@ class VoiceServer:
         body: dict[str, Any] = {
             "status": status,
             "protocol_version": PROTOCOL_VERSION,
-            "sessions_active": len(self.connections),
+            "sessions_active": self.limit.active,
             "max_sessions": self._scfg.max_sessions,
             "uptime_s": round((self._clock() - self._started_ns) / 1e9, 1),
             "llm": {
@@ -217,6 +231,7 @@ class VoiceServer:
                 "failures": llm.failures,
                 "retry_in_s": llm.retry_in_s,
             },
+            "machine": self.machine,
         }
         if not llm.ok:
             body["reason"] = f"llm: {llm.reason}"
@@ -274,28 +289,28 @@ class VoiceServer:
         if self._stopping:
             await self._refuse(ws, realtime, 1001, SHUTDOWN_REASON)
             return
-        if len(self.connections) >= self._scfg.max_sessions:
-            self.metrics.session_refused("limit")
+        if not self.limit.acquire():
             limit = f"session limit reached ({self._scfg.max_sessions}); try again later"
             await self._refuse(ws, realtime, 1013, limit)
             return
-        conn: VoiceConnection | TwilioConnection | RealtimeConnection
-        if realtime:
-            conn = RealtimeConnection(
-                ws, self._engines, self._cfg, self.metrics, self.realtime_profile, clock=self._clock
-            )
-        else:
-            conn = (TwilioConnection if path == TWILIO_PATH else VoiceConnection)(
-                ws, self._engines, self._cfg, self.metrics, clock=self._clock
-            )
-        self.connections.add(conn)
-        self.metrics.session_opened()
-        self.metrics.endpoint_opened(ENDPOINTS[path])
         try:
-            await conn.run()
+            conn: VoiceConnection | TwilioConnection | RealtimeConnection
+            if realtime:
+                conn = RealtimeConnection(
+                    ws, self._engines, self._cfg, self.metrics, self.realtime_profile, clock=self._clock
+                )
+            else:
+                conn = (TwilioConnection if path == TWILIO_PATH else VoiceConnection)(
+                    ws, self._engines, self._cfg, self.metrics, clock=self._clock
+                )
+            self.metrics.endpoint_opened(ENDPOINTS[path])
+            self.connections.add(conn)
+            try:
+                await conn.run()
+            finally:
+                self.connections.discard(conn)
         finally:
-            self.connections.discard(conn)
-            self.metrics.session_closed()
+            self.limit.release()
 
     async def aclose(self) -> None:
         """Close every session with 1001 and stop serving. Idempotent."""

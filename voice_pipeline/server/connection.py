@@ -1,28 +1,24 @@
 """One client on ``/ws``: its frames in, its :class:`~voice_pipeline.session.Session`, its writer.
 
-Binary frames (PCM16 at the client's ``sample_rate``) are converted to float32,
-resampled to the pipeline rate with one :class:`soxr.ResampleStream` per
-connection, and pushed into the session stamped with the moment they arrived.
+Binary frames (PCM16 at the client's ``sample_rate``) are pushed into the session
+through the connection's :class:`~voice_pipeline.edge.SessionScope` (converted to
+float32, resampled to the pipeline rate, stamped with the moment they arrived).
 Every unusable frame is answered with an ``error`` and the session goes on.
 No audio for ``idle_timeout_s`` closes the connection (1000, reason ``idle``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import secrets
 from collections.abc import Callable
 
-import soxr
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from voice_pipeline.audio import input_resampler, to_float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
 from voice_pipeline.engines import Engines
-from voice_pipeline.server.metrics import ServerMetrics
 from voice_pipeline.server.outbound import Outbound, bound_send_buffer
 from voice_pipeline.server.protocol import (
     ClientMessageError,
@@ -52,12 +48,11 @@ class VoiceConnection:
         ws: ServerConnection,
         engines: Engines,
         cfg: Config,
-        metrics: ServerMetrics,
+        metrics: EdgeMetrics,
         *,
         clock: Callable[[], int] = now_ns,
     ) -> None:
         self._ws = ws
-        self._engines = engines
         self._cfg = cfg
         self._server_cfg = cfg.server
         self._metrics = metrics
@@ -70,11 +65,15 @@ class VoiceConnection:
             max_audio_samples=round(cfg.server.max_queued_audio_s * 48000),
             clock=clock,
         )
-        self.session_id = secrets.token_hex(8)
-        self.session: Session | None = None
+        self._scope = SessionScope(engines, cfg, clock=clock)
+        self._scope.close_after(self._out.aclose)
+        self.session_id = self._scope.session_id
         self.transport: WebSocketTransport | None = None
-        self._resampler: soxr.ResampleStream | None = None
-        self._closed = False
+        self._input_rate_hz = cfg.audio.pipeline_rate_hz
+
+    @property
+    def session(self) -> Session | None:
+        return self._scope.session
 
     @property
     def outbound(self) -> Outbound:
@@ -84,32 +83,22 @@ class VoiceConnection:
     async def run(self) -> None:
         """Serve the client until it stops, goes idle or disconnects, or the server closes."""
         self._out.start()
-        try:
-            await self._serve()
-        except ConnectionClosed:
-            pass
-        except Exception:
-            log.exception("session %s failed", self.session_id)
-            await self._ws.close(1011, "internal server error")
-        finally:
-            await self.aclose()
+        await self._scope.run(self._serve, gone=(ConnectionClosed,), on_error=self._failed)
+
+    async def _failed(self) -> None:
+        await self._ws.close(1011, "internal server error")
 
     async def _serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        idle_s = self._server_cfg.idle_timeout_s
-        deadline = loop.time() + idle_s
         while True:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    data = await self._ws.recv()
-            except TimeoutError:
-                await self._ws.close(IDLE_CLOSE_CODE, f"idle: no audio for {idle_s:g} s")
+            data = await self._scope.receive(self._ws.recv)  # moved on by audio only
+            if data is IDLE:
+                await self._ws.close(IDLE_CLOSE_CODE, f"idle: no audio for {self._scope.idle_s:g} s")
                 return
             if isinstance(data, str):
                 if not await self._on_text(data):
                     return
-            elif await self._on_audio(data):
-                deadline = loop.time() + idle_s
+            else:
+                await self._on_audio(data)
 
     def _error(self, exc: ClientMessageError) -> None:
         log.debug("session %s: client error %s: %s", self.session_id, exc.code, exc)
@@ -141,24 +130,16 @@ class VoiceConnection:
                 return False
         return True
 
-    async def _on_audio(self, data: bytes) -> bool:
-        """Handle one binary frame; True = it carried audio (an empty frame does not keep
-        the session from going idle)."""
+    async def _on_audio(self, data: bytes) -> None:
+        """Handle one binary frame (an empty one does not keep the session from going idle)."""
         try:
             pcm = self._protocol.binary(data)
         except ClientMessageError as exc:
             self._error(exc)
-            return False
-        assert self.session is not None
-        samples = to_float32(pcm)
-        if self._resampler is not None:
-            samples = self._resampler.resample_chunk(samples)
-        if len(samples):
-            await self.session.push_audio(samples, self._clock())
-        return len(pcm) > 0
+            return
+        await self._scope.push_audio(pcm, self._input_rate_hz)
 
     def _open(self, start: Start) -> None:
-        rate = self._cfg.audio.pipeline_rate_hz
         transport = WebSocketTransport(
             self._out,
             start.output_rate_hz,
@@ -172,10 +153,9 @@ class VoiceConnection:
         self._out.max_audio_samples = round(self._server_cfg.max_queued_audio_s * start.output_rate_hz)
         ready = ready_message(self.session_id, start, self._server_cfg.max_frame_bytes, self._cfg.budget)
         self._out.send_text(dumps(ready))
-        if start.sample_rate_hz != rate:
-            self._resampler = input_resampler(start.sample_rate_hz, rate)
+        self._input_rate_hz = start.sample_rate_hz
         self.transport = transport
-        self.session = Session(self._engines, self._cfg, transport, clock=self._clock)
+        self._scope.open(transport)
         log.info(
             "session %s started: %d Hz in, %d Hz out, playback reports %s",
             self.session_id,
@@ -190,9 +170,4 @@ class VoiceConnection:
 
     async def aclose(self) -> None:
         """Close the session (cancelling its turns) and stop the writer. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.session is not None:
-            await self.session.aclose()
-        await self._out.aclose()
+        await self._scope.aclose()

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from voice_pipeline.transport import trim_turns
+
 _MAX_PENDING_CUTS = 8  # clears awaiting an acknowledgement
 _CUT_ACK_WAIT_NS = 5_000_000_000  # a clear not acknowledged by then never will be
-_KEEP_TURNS = 64  # played counts of folded chunks are kept for the latest turns only
 
 
 @dataclass(slots=True)
@@ -156,8 +157,7 @@ class ListenerTimeline:
             self._folded[first.turn_id] = self._folded.get(first.turn_id, 0) + first.length
             self._base += first.length
             self._chunks.pop(0)
-        while len(self._folded) > _KEEP_TURNS:  # a session of hours: forget the oldest turns
-            del self._folded[min(self._folded)]
+        trim_turns(self._folded)  # a session of hours: forget the oldest turns
 
     # ------------------------------------------------------------ queries
 

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import RemoteProtocolError
 from voice_pipeline.ledger import STAGES
 
 PROTOCOL_VERSION = 1
@@ -42,7 +42,7 @@ class ErrorCode(enum.StrEnum):
     UNSUPPORTED_VERSION = "unsupported_version"
 
 
-class ClientMessageError(VoicePipelineError):
+class ClientMessageError(RemoteProtocolError):
     """The client's last frame was not usable. A client error: the session goes on."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:

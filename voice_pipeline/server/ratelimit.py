@@ -1,5 +1,8 @@
 """Per-client rate limit on new sessions, and which address a client has. Pure: no I/O, no clock.
 
+(The address and token checks themselves are :mod:`voice_pipeline.access`'s, shared
+with the telephony bridges.)
+
 :class:`RateLimiter` is a sliding-window log: a client (a key) may start at most
 ``limit`` sessions in any ``window_ns``; the caller passes the time. Memory is
 bounded: a key holds at most ``limit`` timestamps, keys whose window has passed
@@ -19,11 +22,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections import OrderedDict, deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+from voice_pipeline.access import Network, address_in, parse_address
 
 WINDOW_NS = 60_000_000_000
 MAX_KEYS = 10_000
@@ -86,34 +87,13 @@ class RateLimiter:
             del self._log[key]
 
 
-def parse_networks(specs: Iterable[str]) -> tuple[Network, ...]:
-    """``"10.0.0.0/8"``, ``"::1"`` ... as networks (a bare address is a /32 or /128)."""
-    return tuple(ipaddress.ip_network(s, strict=False) for s in specs)
-
-
-def _address(text: str) -> Address | None:
-    try:
-        addr = ipaddress.ip_address(text.strip().strip("[]"))
-    except ValueError:
-        return None
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
-    return addr
-
-
-def address_in(text: str, networks: Iterable[Network]) -> bool:
-    """Is ``text`` an address inside one of ``networks``? (Not an address: no.)"""
-    addr = _address(text)
-    return addr is not None and any(addr in net for net in networks)
-
-
 def client_address(peer: str, forwarded_for: str | None, trusted_proxies: tuple[Network, ...]) -> str:
     """The client's address: ``peer`` unless it is a trusted proxy that says who it forwards."""
     if not forwarded_for or not address_in(peer, trusted_proxies):
         return peer
     hops = [h.strip() for h in forwarded_for.split(",")]
     for hop in reversed(hops):
-        if _address(hop) is None:
+        if parse_address(hop) is None:
             return peer  # the proxy's own entry is garbage: trust nothing from it
         if not address_in(hop, trusted_proxies):
             return hop
@@ -122,7 +102,7 @@ def client_address(peer: str, forwarded_for: str | None, trusted_proxies: tuple[
 
 def client_key(address: str) -> str:
     """The rate-limit key of an address: IPv4 as is, IPv6 by its /64."""
-    addr = _address(address)
+    addr = parse_address(address)
     if addr is None:
         return address
     if isinstance(addr, ipaddress.IPv6Address):

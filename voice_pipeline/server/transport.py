@@ -16,14 +16,13 @@ from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
+from voice_pipeline.edge import Drained, drain_until
 from voice_pipeline.server.outbound import Outbound
 from voice_pipeline.server.playback import ListenerTimeline
 from voice_pipeline.server.protocol import audio_clear, audio_header, dumps, event_message
+from voice_pipeline.transport import trim_turns
 
 log = logging.getLogger(__name__)
-
-_MIN_WAIT_S = 0.01
-_KEEP_TURNS = 64  # per-turn bookkeeping kept for the latest turns only
 
 
 class WebSocketTransport:
@@ -71,8 +70,7 @@ class WebSocketTransport:
 
     def clear(self, turn_id: int) -> None:
         self._epoch[turn_id] = self._epoch.get(turn_id, 0) + 1
-        while len(self._epoch) > _KEEP_TURNS:  # bounded over a long session: the oldest turns go
-            del self._epoch[min(self._epoch)]
+        trim_turns(self._epoch)  # bounded over a long session: the oldest turns go
         self._out.drop_audio(turn_id)
         if turn_id in self._unflushed:  # a second clear with nothing sent since is not repeated
             self._unflushed.discard(turn_id)
@@ -85,19 +83,16 @@ class WebSocketTransport:
     async def drain(self, turn_id: int) -> None:
         """Wait until the listener has played all of ``turn_id`` sent so far, at most the
         audio's duration plus ``drain_grace_s`` (a listener that stopped reporting or playing)."""
-        deadline: int | None = None
-        while not self._out.closed:
-            now = self._clock()
-            left = self._out.audio_queued_for(turn_id) + self.timeline.remaining(turn_id, now)
-            if left <= 0:
-                return
-            left_s = left / self.output_rate_hz
-            if deadline is None:
-                deadline = now + round((left_s + self._grace_s) * 1e9)
-            if now >= deadline:
-                log.info("turn %d: listener did not confirm the end of playback; going on", turn_id)
-                return
-            await self._out.changed(max(_MIN_WAIT_S, min(left_s, (deadline - now) / 1e9)))
+        outcome = await drain_until(
+            lambda now: self._out.audio_queued_for(turn_id) + self.timeline.remaining(turn_id, now),
+            self._out.changed,
+            closed=lambda: self._out.closed,
+            rate_hz=self.output_rate_hz,
+            grace_s=self._grace_s,
+            clock=self._clock,
+        )
+        if outcome is Drained.TIMED_OUT:
+            log.info("turn %d: listener did not confirm the end of playback; going on", turn_id)
 
     # ------------------------------------------------------------ client reports
 

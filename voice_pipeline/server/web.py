@@ -6,17 +6,16 @@ hidden (dot) name, backslash or NUL, and anything that resolves (symlinks
 included) outside the folder is not found. A double-encoded ``%252e%252e`` decodes
 once to the literal name ``%2e%2e``, which is looked up as such (and not found).
 
-:func:`request_token` and :func:`token_ok` are the ``/ws`` bearer-token rule
-(``server.auth_token``); :func:`origin_allowed` the Origin rule.
+:func:`request_token` reads the ``/ws`` bearer token (``server.auth_token``; it is
+checked by :func:`voice_pipeline.access.token_ok`); :func:`origin_allowed` is the
+Origin rule.
 """
 
 from __future__ import annotations
 
 import email.utils
-import hashlib
 import http
 import json
-import secrets
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -159,20 +158,6 @@ def request_token(authorization: str | None, target: str) -> str | None:
     query = target.split("#", 1)[0].partition("?")[2]
     values = parse_qs(query, errors="replace").get(TOKEN_PARAMETER)
     return values[-1] if values else None
-
-
-def token_ok(given: str | None, expected: str | None) -> bool:
-    """Does ``given`` match the configured token (None/empty = no token needed)?
-
-    Constant time: both are hashed first, so neither their contents nor their
-    lengths change how long the comparison takes.
-    """
-    if not expected:
-        return True
-    if given is None:
-        return False
-    digest = hashlib.sha256
-    return secrets.compare_digest(digest(given.encode()).digest(), digest(expected.encode()).digest())
 
 
 def unauthorized_response() -> Response:

@@ -18,7 +18,7 @@ import enum
 import uuid
 from dataclasses import dataclass
 
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import RemoteProtocolError
 
 HEADER_BYTES = 3
 RATE_HZ = 8000
@@ -39,7 +39,7 @@ SLIN_RATES_HZ = {0x10: 8000, 0x11: 12000, 0x12: 16000, 0x13: 24000, 0x14: 32000,
 SLIN_RATES_HZ |= {0x17: 96000, 0x18: 192000}
 
 
-class AudioSocketError(VoicePipelineError):
+class AudioSocketError(RemoteProtocolError):
     """The peer sent a frame that cannot be right; the byte stream is lost, the call ends."""
 
 
@@ -65,11 +65,13 @@ class HungUp:
 
 
 @dataclass(frozen=True, slots=True)
-class PeerError:
+class ErrorReceived:
+    """The peer sent an error frame (an event, not an exception: the call then ends)."""
+
     code: int | None
 
 
-AudioSocketEvent = CallIdentified | AudioReceived | DtmfReceived | HungUp | PeerError
+AudioSocketEvent = CallIdentified | AudioReceived | DtmfReceived | HungUp | ErrorReceived
 
 
 class AudioSocketParser:
@@ -122,7 +124,7 @@ class AudioSocketParser:
         if kind == Kind.HANGUP:
             return HungUp()
         if kind == Kind.ERROR:
-            return PeerError(payload[0] if payload else None)
+            return ErrorReceived(payload[0] if payload else None)
         return AudioReceived(payload, SLIN_RATES_HZ[kind])
 
 

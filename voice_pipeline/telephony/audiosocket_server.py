@@ -22,54 +22,58 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
-import soxr
 from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
-from voice_pipeline.audio import input_resampler, to_float32
+from voice_pipeline.access import address_in, parse_networks
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.edge import IDLE, SessionLimit, SessionScope
 from voice_pipeline.engines import Engines
-from voice_pipeline.server.ratelimit import address_in, parse_networks
 from voice_pipeline.session import Session
-from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.telephony.audiosocket import (
     FRAME_BYTES,
     RATE_HZ,
     AudioReceived,
     AudioSocketError,
+    AudioSocketEvent,
     AudioSocketParser,
     CallIdentified,
     DtmfReceived,
+    ErrorReceived,
     HungUp,
     Kind,
-    PeerError,
     frame,
 )
+from voice_pipeline.telephony.paced import PacedTransport
+from voice_pipeline.telephony.pacing import Heard, Pacer, SendClear, SendFrame, SendMark
 
 log = logging.getLogger(__name__)
 
-FRAME_NS = 20_000_000
-FRAME_SAMPLES = FRAME_BYTES // 2
-_KEEP_TURNS = 64  # per-turn bookkeeping kept for the latest turns only
 _KEEP_SESSIONS = 16  # sessions kept for inspection (the latest; each holds ~0.3 MB)
 
 
-@dataclass(frozen=True, slots=True)
-class _Frame:
-    turn_id: int
-    pcm: bytes
-    end: int  # position in the turn after this frame
+class _SlinLine:
+    gone: tuple[type[Exception], ...] = (ConnectionError, OSError)
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+
+    def encode(self, pcm: NDArray[np.int16]) -> bytes:
+        return pcm.astype("<i2", copy=False).tobytes()
+
+    async def send(self, step: SendFrame | SendMark | SendClear) -> None:
+        assert isinstance(step, SendFrame), "AudioSocket has no marks and no clear"
+        self._writer.write(frame(Kind.SLIN, step.payload))
+        await self._writer.drain()
 
 
-class AudioSocketTransport:
-    output_rate_hz = RATE_HZ
-
+class AudioSocketTransport(PacedTransport):
     def __init__(
         self,
         writer: asyncio.StreamWriter,
@@ -79,147 +83,52 @@ class AudioSocketTransport:
         drain_grace_s: float = 2.0,
         on_event: Callable[[ev.Event], None] = lambda e: None,
         clock: Callable[[], int] = now_ns,
+        name: str = "audiosocket",
     ) -> None:
-        self._writer = writer
-        self._lead_ns = lead_ms * 1_000_000
-        self._max_frames = max(1, round(max_queued_s * 50))
-        self._grace_s = drain_grace_s
-        self._on_event = on_event
-        self._clock = clock
-        self._items: deque[_Frame] = deque()
-        self._wake = asyncio.Event()
-        self._changed = asyncio.Event()
-        self._due_ns = 0
-        self._queued_pos: dict[int, int] = {}
-        self._floor: dict[int, int] = {}  # turn -> samples certainly heard (sent before a clear)
-        #: turn -> (play end ns, position) of frames sent and not yet played; played ones are
-        #: folded into ``_played`` (bounded however long the reply or the call)
-        self._log: dict[int, deque[tuple[int, int]]] = {}
-        self._played: dict[int, int] = {}  # turn -> position of the last frame played
-        self._epoch: dict[int, int] = {}
-        self._task: asyncio.Task[None] | None = None
-        self.closed = False
-        self.frames_sent = 0
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="audiosocket-writer")
-
-    async def aclose(self) -> None:
-        self.closed = True
-        self._changed.set()
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-            self._task = None
-
-    # ------------------------------------------------------------ Transport
-
-    def emit(self, event: ev.Event) -> None:
-        self._on_event(event)
-
-    async def play(self, turn_id: int, pcm: NDArray[np.int16]) -> None:
-        epoch = self._epoch.get(turn_id, 0)
-        while len(self._items) >= self._max_frames and not self.closed:
-            self._changed.clear()
-            await self._changed.wait()
-        if self.closed or self._epoch.get(turn_id, 0) != epoch:
-            return
-        data = pcm.astype("<i2", copy=False).tobytes()
-        if len(data) % FRAME_BYTES:
-            data += b"\x00" * (FRAME_BYTES - len(data) % FRAME_BYTES)
-        pos = self._queued_pos.get(turn_id, 0)
-        end = pos + len(pcm)
-        for i in range(0, len(data), FRAME_BYTES):
-            self._items.append(
-                _Frame(turn_id, data[i : i + FRAME_BYTES], min(end, pos + (i + FRAME_BYTES) // 2))
-            )
-        self._queued_pos[turn_id] = end
-        self._wake.set()
-
-    def clear(self, turn_id: int) -> None:
-        self._epoch[turn_id] = self._epoch.get(turn_id, 0) + 1
-        self._items = deque(f for f in self._items if f.turn_id != turn_id)
-        sent = max((p for _, p in self._log.pop(turn_id, ())), default=0)
-        sent = max(sent, self._played.get(turn_id, 0))
-        self._floor[turn_id] = max(self._floor.get(turn_id, 0), sent)  # cannot be recalled
-        self._queued_pos[turn_id] = self._floor[turn_id]
-        self._wake.set()
-        self._changed.set()
-
-    def played_samples(self, turn_id: int) -> int:
-        self._fold(turn_id, self._clock())
-        return max(self._floor.get(turn_id, 0), self._played.get(turn_id, 0))
-
-    def _fold(self, turn_id: int, now: int) -> None:
-        """Frames of ``turn_id`` due to have played by ``now`` leave the log."""
-        log = self._log.get(turn_id)
-        while log and log[0][0] <= now:
-            self._played[turn_id] = max(self._played.get(turn_id, 0), log.popleft()[1])
-
-    def _forget_old_turns(self, turn_id: int) -> None:
-        for book in (self._queued_pos, self._floor, self._log, self._played, self._epoch):
-            for old in [t for t in book if t < turn_id - _KEEP_TURNS]:
-                del book[old]
-
-    async def drain(self, turn_id: int) -> None:
-        deadline: int | None = None
-        while not self.closed:
-            left = self._queued_pos.get(turn_id, 0) - self.played_samples(turn_id)
-            if left <= 0:
-                return
-            now = self._clock()
-            if deadline is None:
-                deadline = now + round((left / RATE_HZ + self._grace_s) * 1e9)
-            if now >= deadline:
-                return
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(0.02, (deadline - now) / 1e9))
-
-    # ------------------------------------------------------------ the writer
-
-    async def _run(self) -> None:
-        try:
-            while True:
-                if not self._items:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                item = self._items[0]
-                now = self._clock()
-                self._due_ns = max(self._due_ns, now)
-                wait_ns = self._due_ns - self._lead_ns - now
-                if wait_ns > 0:
-                    self._wake.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), wait_ns / 1e9)
-                    continue  # re-check: a clear may have dropped the item
-                self._items.popleft()
-                self._writer.write(frame(Kind.SLIN, item.pcm))
-                await self._writer.drain()
-                self._due_ns += FRAME_NS
-                self._log.setdefault(item.turn_id, deque()).append((self._due_ns, item.end))
-                self._fold(item.turn_id, self._clock())
-                self._forget_old_turns(item.turn_id)
-                self.frames_sent += 1
-                self._changed.set()
-        except (ConnectionError, OSError) as exc:
-            log.info("audiosocket writer stopped: %r", exc)
-        finally:
-            self.closed = True
-            self._changed.set()
+        pacer = Pacer(
+            Heard.DUE,
+            rate_hz=RATE_HZ,
+            frame_bytes=FRAME_BYTES,
+            silence=b"\x00",
+            lead_ms=lead_ms,
+            max_queued_s=max_queued_s,
+        )
+        super().__init__(
+            _SlinLine(writer),
+            pacer,
+            RATE_HZ,
+            name=name,
+            drain_grace_s=drain_grace_s,
+            on_event=on_event,
+            clock=clock,
+        )
 
 
 class AudioSocketServer:
-    """Accepts AudioSocket calls on ``host``:``port`` (0 = any free port)."""
+    """Accepts AudioSocket calls on ``host``:``port`` (0 = any free port).
+
+    ``limit``: the session limit and metrics it shares with the other edges of the
+    server (``serve`` passes the WebSocket server's, so a call counts against
+    ``max_sessions`` and shows in ``/metrics`` like a ``/ws`` session); default, a
+    ``max_sessions`` of its own and no metrics.
+    """
 
     def __init__(
-        self, engines: Engines, cfg: Config, host: str, port: int, *, clock: Callable[[], int] = now_ns
+        self,
+        engines: Engines,
+        cfg: Config,
+        host: str,
+        port: int,
+        *,
+        clock: Callable[[], int] = now_ns,
+        limit: SessionLimit | None = None,
     ) -> None:
         self._engines = engines
         self._cfg = cfg
         self._host = host
         self._port = port
         self._clock = clock
+        self.limit = limit or SessionLimit(cfg.server.max_sessions)
         self._server: asyncio.Server | None = None
         self.calls: set[asyncio.Task[None]] = set()
         #: the latest sessions started (for inspection; bounded on a server that runs for weeks)
@@ -249,11 +158,14 @@ class AudioSocketServer:
         assert task is not None
         self.calls.add(task)
         try:
-            if len(self.calls) > self._cfg.server.max_sessions:
+            if not self.limit.acquire():
                 log.warning("audiosocket: session limit reached; refusing a call")
                 writer.write(frame(Kind.HANGUP))
                 return
-            await self._call(reader, writer)
+            try:
+                await self._call(reader, writer)
+            finally:
+                self.limit.release()
         except Exception:
             log.exception("audiosocket call failed")
         finally:
@@ -263,72 +175,70 @@ class AudioSocketServer:
                 await writer.wait_closed()
 
     async def _call(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        parser = AudioSocketParser()
-        session: Session | None = None
-        transport: AudioSocketTransport | None = None
-        resamplers: dict[int, soxr.ResampleStream] = {}
-        rate = self._cfg.audio.pipeline_rate_hz
-        idle_s = self._cfg.server.idle_timeout_s
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + idle_s  # moved on by audio only (DTMF or junk is no audio)
+        """One call, until it hangs up, fails, goes idle or ends; then the hangup frame."""
+        scope = SessionScope(self._engines, self._cfg, clock=self._clock, label="audiosocket call")
         try:
-            while True:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        data = await reader.read(4096)
-                except TimeoutError:
-                    log.info("audiosocket call %s: idle for %g s", parser.call_id, idle_s)
-                    return
-                if not data:
-                    if parser.pending:
-                        log.warning("audiosocket call %s: EOF inside a frame (lying length?)", parser.call_id)
-                    return
-                try:
-                    events = parser.feed(data)
-                except AudioSocketError as exc:
-                    log.warning("audiosocket call %s: %s; ending the call", parser.call_id, exc)
-                    return
-                for event in events:
-                    match event:
-                        case CallIdentified(call_id=call_id):
-                            transport = AudioSocketTransport(
-                                writer,
-                                max_queued_s=self._cfg.server.max_queued_audio_s,
-                                drain_grace_s=self._cfg.server.drain_grace_s,
-                                clock=self._clock,
-                            )
-                            transport.start()
-                            session = Session(self._engines, self._cfg, transport, clock=self._clock)
-                            self.sessions.append(session)
-                            log.info("audiosocket call %s started", call_id)
-                        case AudioReceived(pcm=pcm, rate_hz=in_rate):
-                            assert session is not None  # the parser saw the UUID
-                            samples = to_float32(np.frombuffer(pcm, dtype="<i2").astype(np.int16))
-                            if in_rate != rate:
-                                rs = resamplers.get(in_rate)
-                                if rs is None:
-                                    rs = input_resampler(in_rate, rate)
-                                    resamplers[in_rate] = rs
-                                samples = rs.resample_chunk(samples)
-                            if len(samples):
-                                await session.push_audio(samples, self._clock())
-                            if pcm:
-                                deadline = loop.time() + idle_s
-                        case DtmfReceived(digit=digit):
-                            log.info("audiosocket call %s: DTMF %s", parser.call_id, digit)
-                        case HungUp():
-                            log.info("audiosocket call %s: hangup", parser.call_id)
-                            return
-                        case PeerError(code=code):
-                            log.warning("audiosocket call %s: error frame (code %s)", parser.call_id, code)
-                            return
+            async with scope:
+                await self._serve(scope, reader, writer)
         finally:
-            if session is not None:
-                await session.aclose()
-            if transport is not None:
-                await transport.aclose()
             with contextlib.suppress(ConnectionError, OSError, RuntimeError):
                 writer.write(frame(Kind.HANGUP))
+
+    async def _serve(
+        self, scope: SessionScope, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        parser = AudioSocketParser()
+        while True:
+            data = await scope.receive(lambda: reader.read(4096))  # moved on by audio only
+            if data is IDLE:
+                log.info("audiosocket call %s: idle for %g s", parser.call_id, scope.idle_s)
+                return
+            if not data:
+                if parser.pending:
+                    log.warning("audiosocket call %s: EOF inside a frame (lying length?)", parser.call_id)
+                return
+            try:
+                events = parser.feed(data)
+            except AudioSocketError as exc:
+                log.warning("audiosocket call %s: %s; ending the call", parser.call_id, exc)
+                return
+            for event in events:
+                if not await self._on_event(event, scope, writer, parser.call_id):
+                    return
+
+    async def _on_event(
+        self,
+        event: AudioSocketEvent,
+        scope: SessionScope,
+        writer: asyncio.StreamWriter,
+        call_id: uuid.UUID | None,
+    ) -> bool:
+        """Handle one frame; False = the call is over."""
+        match event:
+            case CallIdentified(call_id=call_id):
+                s = self._cfg.server
+                transport = AudioSocketTransport(
+                    writer,
+                    max_queued_s=s.max_queued_audio_s,
+                    drain_grace_s=s.drain_grace_s,
+                    on_event=self.limit.metrics.observe,
+                    clock=self._clock,
+                    name=f"audiosocket call {call_id}",
+                )
+                transport.start()
+                self.sessions.append(scope.open(transport, aclose=transport.aclose))
+                log.info("audiosocket call %s started", call_id)
+            case AudioReceived(pcm=pcm, rate_hz=rate_hz):
+                await scope.push_audio(np.frombuffer(pcm, dtype="<i2").astype(np.int16), rate_hz)
+            case DtmfReceived(digit=digit):
+                log.info("audiosocket call %s: DTMF %s", call_id, digit)
+            case HungUp():
+                log.info("audiosocket call %s: hangup", call_id)
+                return False
+            case ErrorReceived(code=code):
+                log.warning("audiosocket call %s: error frame (code %s)", call_id, code)
+                return False
+        return True
 
     async def aclose(self) -> None:
         """Stop accepting, end every call (sessions closed). Idempotent."""

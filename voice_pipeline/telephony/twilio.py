@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from voice_pipeline.errors import VoicePipelineError
+from voice_pipeline.errors import RemoteProtocolError
 
 ENCODING = "audio/x-mulaw"
 RATE_HZ = 8000
@@ -28,7 +28,7 @@ MAX_PAYLOAD_BYTES = 8000  # one second of audio in one media message is already 
 _QUOTE_CHARS = 60  # longest excerpt of the caller's value quoted in an error
 
 
-class TwilioMessageError(VoicePipelineError):
+class TwilioMessageError(RemoteProtocolError):
     """The caller's last message was not usable; ``fatal`` = the stream cannot go on."""
 
     def __init__(self, message: str, *, fatal: bool = False) -> None:

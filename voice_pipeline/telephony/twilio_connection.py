@@ -1,8 +1,8 @@
 """One phone call on the server's ``/twilio`` WebSocket (Twilio Media Streams).
 
-Inbound ``media`` (8 kHz µ-law) is decoded, resampled to the pipeline rate with
-one :class:`soxr.ResampleStream` per call and pushed into the session stamped
-with its arrival time. The reply goes out through a paced
+Inbound ``media`` (8 kHz µ-law) is decoded and pushed into the session through
+the call's :class:`~voice_pipeline.edge.SessionScope` (resampled to the pipeline
+rate, stamped with its arrival time; media moves the idle deadline on). The reply goes out through a paced
 :class:`.twilio_transport.TwilioTransport`. An unusable message is logged and
 the call goes on; a ``start`` with a wrong token (``server.twilio_token``) or
 an unsupported ``mediaFormat`` closes the stream with the reason. ``stop``, a
@@ -12,20 +12,17 @@ end the session cleanly (:meth:`Session.aclose`: turns cancelled, LLM aborted).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import secrets
 from collections.abc import Callable
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from voice_pipeline.audio import input_resampler, to_float32
+from voice_pipeline.access import token_ok
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
 from voice_pipeline.engines import Engines
-from voice_pipeline.server.metrics import ServerMetrics
-from voice_pipeline.server.web import token_ok
 from voice_pipeline.session import Session
 from voice_pipeline.telephony import mulaw
 from voice_pipeline.telephony.twilio import (
@@ -54,45 +51,36 @@ class TwilioConnection:
         ws: ServerConnection,
         engines: Engines,
         cfg: Config,
-        metrics: ServerMetrics,
+        metrics: EdgeMetrics,
         *,
         clock: Callable[[], int] = now_ns,
     ) -> None:
         self._ws = ws
-        self._engines = engines
         self._cfg = cfg
         self._metrics = metrics
         self._clock = clock
         self._protocol = TwilioProtocol()
-        self.session_id = secrets.token_hex(8)
-        self.session: Session | None = None
+        self._scope = SessionScope(engines, cfg, clock=clock, label="call")
+        self.session_id = self._scope.session_id
         self.transport: TwilioTransport | None = None
-        self._resampler = input_resampler(RATE_HZ, cfg.audio.pipeline_rate_hz)
         self.errors = 0  # unusable messages so far
-        self._closed = False
+
+    @property
+    def session(self) -> Session | None:
+        return self._scope.session
 
     async def run(self) -> None:
         """Serve the call until it stops, goes idle or drops, or the server closes."""
-        try:
-            await self._serve()
-        except ConnectionClosed:
-            pass
-        except Exception:
-            log.exception("call %s failed", self.session_id)
-            await self._ws.close(1011, "internal server error")
-        finally:
-            await self.aclose()
+        await self._scope.run(self._serve, gone=(ConnectionClosed,), on_error=self._failed)
+
+    async def _failed(self) -> None:
+        await self._ws.close(1011, "internal server error")
 
     async def _serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        idle_s = self._cfg.server.idle_timeout_s
-        deadline = loop.time() + idle_s  # moved on by media only: other messages are no audio
         while True:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    data = await self._ws.recv()
-            except TimeoutError:
-                await self._ws.close(1000, f"idle: no media for {idle_s:g} s")
+            data = await self._scope.receive(self._ws.recv)  # moved on by media only
+            if data is IDLE:
+                await self._ws.close(1000, f"idle: no media for {self._scope.idle_s:g} s")
                 return
             if isinstance(data, bytes):
                 self._error(TwilioMessageError("binary frame (Media Streams sends JSON text)"))
@@ -107,8 +95,6 @@ class TwilioConnection:
                 continue
             if not await self._on_event(msg):
                 return
-            if isinstance(msg, MediaReceived) and msg.payload:
-                deadline = loop.time() + idle_s
 
     def _error(self, exc: TwilioMessageError) -> None:
         self.errors += 1
@@ -124,12 +110,9 @@ class TwilioConnection:
             case StreamStarted():
                 return await self._start(msg)
             case MediaReceived(payload=payload):
-                assert self.session is not None  # the protocol saw the start
-                samples = self._resampler.resample_chunk(to_float32(mulaw.decode(payload)))
-                if len(samples):
-                    await self.session.push_audio(samples, self._clock())
+                await self._scope.push_audio(mulaw.decode(payload), RATE_HZ)
             case MarkPlayed(name=name):
-                assert self.transport is not None
+                assert self.transport is not None  # the protocol saw the start
                 self.transport.mark_played(name)
             case DtmfReceived(digit=digit):
                 log.info("call %s: DTMF %s", self.session_id, digit)
@@ -156,7 +139,7 @@ class TwilioConnection:
         )
         transport.start()
         self.transport = transport
-        self.session = Session(self._engines, self._cfg, transport, clock=self._clock)
+        self._scope.open(transport, aclose=transport.aclose)
         log.info("call %s started: stream %s, call %s", self.session_id, start.stream_sid, start.call_sid)
         return True
 
@@ -166,10 +149,4 @@ class TwilioConnection:
 
     async def aclose(self) -> None:
         """Close the session (cancelling its turns), then the writer. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.session is not None:
-            await self.session.aclose()
-        if self.transport is not None:
-            await self.transport.aclose()
+        await self._scope.aclose()

@@ -1,0 +1,128 @@
+"""The CPU -> settings choice (voice_pipeline/machine.py): pure, table-driven, no model."""
+
+from __future__ import annotations
+
+import pytest
+
+from voice_pipeline.config import ASRConfig, LLMConfig
+from voice_pipeline.machine import CPUClass, CPUInfo, Source, choose, parse_cpu, this_cpu
+
+# flags lines as /proc/cpuinfo shows them (trimmed to what matters plus some noise)
+BASE = "fpu vme de pse tsc msr pae mce cx8 apic sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c"
+EPYC_BF16 = f"{BASE} avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 avx512_vnni"
+EPYC_AVX2 = f"{BASE} avx2 bmi1 bmi2 sha_ni clzero"
+SKYLAKE_X = f"{BASE} avx2 avx512f avx512dq avx512cd avx512bw avx512vl"
+SAPPHIRE = f"{BASE} avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
+AMX_ONLY = f"{BASE} avx2 avx512f amx_bf16 amx_tile"
+OLD = f"{BASE}"
+
+
+def cpuinfo(model: str, flags: str, processors: int = 2) -> str:
+    block = f"processor\t: {{n}}\nvendor_id\t: X\nmodel name\t: {model}\nflags\t\t: {flags}\n\n"
+    return "".join(block.format(n=n) for n in range(processors))
+
+
+EPYC_INFO = cpuinfo("AMD EPYC", EPYC_BF16)
+ARM_BF16 = "processor\t: 0\nBogoMIPS\t: 243.75\nFeatures\t: fp asimd evtstrm aes sve bf16 i8mm\n"
+ARM_PLAIN = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes crc32\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "machine", "env", "klass", "bf16"),
+    [
+        (cpuinfo("AMD EPYC", EPYC_BF16), "x86_64", {}, CPUClass.AVX512_BF16, True),
+        (cpuinfo("AMD EPYC", EPYC_AVX2), "x86_64", {}, CPUClass.AVX2, False),
+        (cpuinfo("Intel Xeon Gold 6154", SKYLAKE_X), "x86_64", {}, CPUClass.AVX512, False),
+        (cpuinfo("Intel Xeon Platinum 8480+", SAPPHIRE), "x86_64", {}, CPUClass.AVX512_BF16, True),
+        (cpuinfo("Some AMX part", AMX_ONLY), "x86_64", {}, CPUClass.AVX512_BF16, True),
+        (cpuinfo("Intel Core 2", OLD), "x86_64", {}, CPUClass.OLDER, False),
+        ("", "x86_64", {}, CPUClass.OLDER, False),  # unreadable: the weakest class
+        (ARM_BF16, "aarch64", {}, CPUClass.ARM_BF16, True),
+        (ARM_PLAIN, "aarch64", {}, CPUClass.ARM, False),
+        # emulation: oneDNN capped below the CPU's own class
+        (cpuinfo("AMD EPYC", EPYC_BF16), "x86_64", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, CPUClass.AVX2, False),
+        (EPYC_INFO, "x86_64", {"DNNL_MAX_CPU_ISA": "avx512_core"}, CPUClass.AVX512, False),
+        # a cap at or above the CPU's class, or one oneDNN does not know, changes nothing
+        (cpuinfo("AMD EPYC", EPYC_AVX2), "x86_64", {"ONEDNN_MAX_CPU_ISA": "ALL"}, CPUClass.AVX2, False),
+        (EPYC_INFO, "x86_64", {"ONEDNN_MAX_CPU_ISA": "nonsense"}, CPUClass.AVX512_BF16, True),
+    ],
+)
+def test_cpu_class(text: str, machine: str, env: dict[str, str], klass: CPUClass, bf16: bool) -> None:
+    cpu = parse_cpu(text, 2, env, machine)
+    assert cpu.cpu_class is klass
+    assert cpu.bf16_native is bf16
+
+
+def test_labels_name_the_class_the_cores_and_any_emulation() -> None:
+    real = parse_cpu(cpuinfo("AMD EPYC", EPYC_AVX2), 2, {})
+    assert real.label == "AVX2, 2 cores (AMD EPYC)"
+    assert real.emulation is None and real.native_class is None
+    emulated = parse_cpu(cpuinfo("AMD EPYC", EPYC_BF16), 2, {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert emulated.label == (
+        "AVX2, emulated on an AVX-512 BF16 CPU (ONEDNN_MAX_CPU_ISA=AVX2), 2 cores (AMD EPYC)"
+    )
+    assert emulated.as_dict()["class"] == "AVX2" and emulated.as_dict()["native_class"] == "AVX-512 BF16"
+    assert parse_cpu(cpuinfo("AMD EPYC", EPYC_BF16), 1, {}).label.endswith("1 core (AMD EPYC)")
+
+
+def _cpu(flags: str, cores: int) -> CPUInfo:
+    return parse_cpu(cpuinfo("CPU", flags, cores), cores, {})
+
+
+AUTO_LLM = LLMConfig()
+AUTO_ASR = ASRConfig()
+
+
+@pytest.mark.parametrize(
+    ("flags", "cores", "dtype", "llm_threads", "asr_threads", "block"),
+    [
+        (EPYC_BF16, 2, "bfloat16", 1, 2, 32),
+        (EPYC_AVX2, 2, "float32", 1, 2, 32),  # the CI machine: bf16 is emulated there, 4x slower
+        (SKYLAKE_X, 2, "float32", 1, 2, 32),
+        (SAPPHIRE, 8, "bfloat16", 4, 2, 32),
+        (EPYC_AVX2, 1, "float32", 1, 1, 32),
+        (EPYC_AVX2, 3, "float32", 1, 2, 32),
+        (EPYC_AVX2, 4, "float32", 2, 2, 32),
+        (EPYC_BF16, 16, "bfloat16", 8, 2, 32),
+        (OLD, 2, "float32", 1, 2, 32),
+    ],
+)
+def test_auto_choices(
+    flags: str, cores: int, dtype: str, llm_threads: int, asr_threads: int, block: int
+) -> None:
+    t = choose(_cpu(flags, cores), AUTO_LLM, AUTO_ASR)
+    got = (t.dtype, t.llm_threads, t.asr_threads, t.kv_block_tokens)
+    assert got == (dtype, llm_threads, asr_threads, block)
+    assert all(c.source is Source.MACHINE and c.reason for c in t.choices)
+    resolved = t.llm(AUTO_LLM)
+    assert (resolved.dtype, resolved.threads, resolved.kv_block_tokens) == (dtype, llm_threads, block)
+    assert t.asr(AUTO_ASR).cpu_threads == asr_threads
+
+
+@pytest.mark.parametrize("flags", [EPYC_BF16, EPYC_AVX2, OLD])
+def test_an_explicit_config_value_always_wins(flags: str) -> None:
+    llm = LLMConfig(dtype="bfloat16", threads=2, kv_block_tokens=64)
+    t = choose(_cpu(flags, 2), llm, ASRConfig(cpu_threads=1))
+    assert (t.dtype, t.llm_threads, t.asr_threads, t.kv_block_tokens) == ("bfloat16", 2, 1, 64)
+    assert all(c.source is Source.CONFIG for c in t.choices)
+    assert "set in the config" in t.summary()
+
+
+def test_the_log_line_says_what_and_why() -> None:
+    t = choose(_cpu(EPYC_AVX2, 2), AUTO_LLM, AUTO_ASR)
+    line = t.summary()
+    assert line.startswith("machine: AVX2, 2 cores (CPU); ")
+    assert "llm.dtype=float32 (AVX2: no bf16 in hardware" in line
+    assert "llm.threads=1" in line and "asr.cpu_threads=2" in line and "llm.kv_block_tokens=32" in line
+    assert t.as_dict()["llm_dtype"] == "float32" and t.as_dict()["cpu"]["class"] == "AVX2"  # type: ignore[index]
+
+
+def test_remote_llm_names_only_what_is_used() -> None:
+    t = choose(_cpu(EPYC_AVX2, 2), LLMConfig(engine="remote", url="http://x/v1"), AUTO_ASR)
+    assert [c.key for c in t.choices] == ["asr.cpu_threads"]
+
+
+def test_this_machine_is_read() -> None:
+    cpu = this_cpu()
+    assert cpu.cores >= 1 and cpu.model
+    assert cpu.cpu_class in CPUClass

@@ -1,0 +1,332 @@
+"""Settings that fit the machine: CPU features -> LLM dtype, thread budgets, KV block size.
+
+Pure: :func:`parse_cpu` turns the text of ``/proc/cpuinfo`` (plus the usable core count and
+the environment) into a :class:`CPUInfo`; :func:`choose` turns that and the config into a
+:class:`Tuning` -- every machine-dependent value with the reason it was chosen. A value set
+explicitly in the config always wins; only the ``auto`` values (``llm.dtype: auto``,
+``llm.threads: 0``, ``llm.kv_block_tokens: 0``, ``asr.cpu_threads: 0``) are chosen here.
+:func:`this_cpu` is the only function that reads the machine (once, cached).
+
+The rules, and what they rest on (MEASURED.md, README "Thread budgets"):
+
+============================  ==========================================================
+``llm.dtype``                 bfloat16 only where the CPU computes it natively
+                              (``avx512_bf16`` or ``amx_bf16``; ``bf16`` on Arm), else
+                              float32. On a 2-core AVX2 EPYC bf16 fell back to slow
+                              kernels: first token 1110-1240 ms vs 216-311 ms in float32.
+``llm.threads``               1 OpenMP thread up to 3 cores (2 threads were faster alone
+                              but slowed Whisper and Piper beside them on 2 cores);
+                              from 4 cores half of them (not measured here: a rule).
+``asr.cpu_threads``           2 (measured on 2 cores), 1 on a single core.
+``llm.kv_block_tokens``       32 on every x86 CPU: vLLM's CPU default (128) never reuses
+                              a system prompt plus a short question; 16 has no kernel
+                              (fails to start); 32 measured best (docs/bench.md).
+============================  ==========================================================
+
+Emulation: ``ONEDNN_MAX_CPU_ISA`` caps the instructions oneDNN (and so torch's linear
+layers, and CTranslate2's int8 GEMMs) may use. When it caps below the CPU's own class,
+:attr:`CPUInfo.cpu_class` is the capped class and :attr:`CPUInfo.label` says so
+("AVX2, emulated on an AVX-512 BF16 CPU"), so a measurement made that way is labelled
+honestly and gets the settings the emulated class would get.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import platform
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from voice_pipeline.config import ASRConfig, LLMConfig
+
+CPUINFO = Path("/proc/cpuinfo")
+Dtype = typing.Literal["auto", "bfloat16", "float32", "float16"]
+
+
+class CPUClass(enum.StrEnum):
+    """What the LLM's kernels can use (the classes figures are published under)."""
+
+    AVX512_BF16 = "AVX-512 BF16"
+    AVX512 = "AVX-512"
+    AVX2 = "AVX2"
+    ARM_BF16 = "Arm BF16"
+    ARM = "Arm"
+    OLDER = "no AVX2"
+
+
+#: the order of the x86 classes, weakest first (for the ONEDNN_MAX_CPU_ISA cap)
+_X86_ORDER = (CPUClass.OLDER, CPUClass.AVX2, CPUClass.AVX512, CPUClass.AVX512_BF16)
+#: ONEDNN_MAX_CPU_ISA values (oneDNN's names, case-insensitive) -> the class they cap at
+_ONEDNN_CAPS = {
+    "sse41": CPUClass.OLDER,
+    "avx": CPUClass.OLDER,
+    "avx2": CPUClass.AVX2,
+    "avx2_vnni": CPUClass.AVX2,
+    "avx2_vnni_2": CPUClass.AVX2,
+    "avx512_core": CPUClass.AVX512,
+    "avx512_core_vnni": CPUClass.AVX512,
+    "avx512_core_bf16": CPUClass.AVX512_BF16,
+    "avx10_1_512": CPUClass.AVX512_BF16,
+    "avx512_core_fp16": CPUClass.AVX512_BF16,
+    "avx512_core_amx": CPUClass.AVX512_BF16,
+    "avx10_1_512_amx": CPUClass.AVX512_BF16,
+    "avx512_core_amx_fp16": CPUClass.AVX512_BF16,
+    "avx10_1_512_amx_fp16": CPUClass.AVX512_BF16,
+    "all": CPUClass.AVX512_BF16,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CPUInfo:
+    """The CPU as the settings see it."""
+
+    #: "AMD EPYC", "Intel(R) Core(TM) i7-1185G7 ...", or the platform's processor name
+    model: str
+    flags: frozenset[str]
+    #: logical CPUs this process may run on (its affinity mask), at least 1
+    cores: int
+    machine: str = "x86_64"
+    #: the class the CPU itself has, when an environment cap lowers :attr:`cpu_class`
+    native_class: CPUClass | None = None
+    #: the environment variable that caps it ("ONEDNN_MAX_CPU_ISA=AVX2")
+    emulation: str | None = None
+
+    @property
+    def cpu_class(self) -> CPUClass:
+        return _cap(_native_class(self.flags, self.machine), self.emulation)
+
+    @property
+    def bf16_native(self) -> bool:
+        return self.cpu_class in (CPUClass.AVX512_BF16, CPUClass.ARM_BF16)
+
+    @property
+    def label(self) -> str:
+        """``AVX-512 BF16, 2 cores (AMD EPYC)``; an emulated class says so."""
+        klass = str(self.cpu_class)
+        if self.native_class is not None and self.native_class != self.cpu_class:
+            klass = f"{klass}, emulated on an {self.native_class} CPU ({self.emulation})"
+        return f"{klass}, {self.cores} core{'s' if self.cores != 1 else ''} ({self.model})"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "class": str(self.cpu_class),
+            "native_class": str(self.native_class or self.cpu_class),
+            "emulation": self.emulation,
+            "cores": self.cores,
+            "machine": self.machine,
+            "label": self.label,
+        }
+
+
+def _native_class(flags: frozenset[str], machine: str) -> CPUClass:
+    if machine.startswith(("aarch64", "arm")):
+        return CPUClass.ARM_BF16 if "bf16" in flags else CPUClass.ARM
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        return CPUClass.AVX512_BF16
+    if "avx512f" in flags:
+        return CPUClass.AVX512
+    if "avx2" in flags:
+        return CPUClass.AVX2
+    return CPUClass.OLDER
+
+
+def _cap(klass: CPUClass, emulation: str | None) -> CPUClass:
+    if emulation is None or klass not in _X86_ORDER:
+        return klass
+    cap = _ONEDNN_CAPS.get(emulation.split("=", 1)[-1].strip().lower())
+    if cap is None:
+        return klass
+    return min(klass, cap, key=_X86_ORDER.index)
+
+
+def parse_cpu(cpuinfo: str, cores: int, env: Mapping[str, str], machine: str = "x86_64") -> CPUInfo:
+    """A :class:`CPUInfo` from the text of ``/proc/cpuinfo`` (the first processor's
+    ``model name`` and ``flags``; ``Features`` on Arm), the usable core count and the
+    environment (``ONEDNN_MAX_CPU_ISA``). Unknown or missing fields give the weakest class."""
+    model = ""
+    flags: frozenset[str] = frozenset()
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key = key.strip().lower()
+        if key in ("model name", "cpu model", "hardware") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = frozenset(value.split())
+    emulation = None
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        if env.get(name):
+            emulation = f"{name}={env[name]}"
+            break
+    info = CPUInfo(model or machine, flags, max(1, cores), machine, None, emulation)
+    native = _native_class(flags, machine)
+    if info.cpu_class != native:
+        return replace(info, native_class=native)
+    return replace(info, emulation=None)  # a cap at or above the CPU's own class changes nothing
+
+
+@functools.cache
+def this_cpu() -> CPUInfo:
+    """This machine's CPU (read once)."""
+    try:
+        text = CPUINFO.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    info = parse_cpu(text, cores, os.environ, platform.machine() or "x86_64")
+    if not text and platform.processor():
+        info = replace(info, model=platform.processor())
+    return info
+
+
+# ------------------------------------------------------------ the choices
+
+
+class Source(enum.StrEnum):
+    CONFIG = "config"  # set explicitly: it wins
+    MACHINE = "machine"  # auto: chosen for this CPU
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    key: str  # "llm.dtype"
+    value: str | int
+    source: Source
+    reason: str
+
+
+#: tokens per KV block chosen on CPUs (multiples of 32 are what vLLM's CPU kernels take)
+CPU_KV_BLOCK_TOKENS = 32
+#: cores up to which the LLM engine gets one OpenMP thread (2 spin against Whisper/Piper)
+ONE_LLM_THREAD_UP_TO_CORES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """The machine-dependent settings, resolved: apply them with :meth:`llm` / :meth:`asr`."""
+
+    cpu: CPUInfo
+    dtype: str
+    llm_threads: int
+    asr_threads: int
+    kv_block_tokens: int
+    choices: tuple[Choice, ...]
+    #: "vllm" (in process: the llm values are used) or "remote" (they are not)
+    llm_engine: str = "vllm"
+
+    def llm(self, cfg: LLMConfig) -> LLMConfig:
+        dtype = typing.cast(Dtype, self.dtype)
+        return replace(cfg, dtype=dtype, threads=self.llm_threads, kv_block_tokens=self.kv_block_tokens)
+
+    def asr(self, cfg: ASRConfig) -> ASRConfig:
+        return replace(cfg, cpu_threads=self.asr_threads)
+
+    def summary(self) -> str:
+        """The one line logged at start."""
+        parts = [f"{c.key}={c.value} ({c.reason})" for c in self.choices]
+        if self.llm_engine != "vllm":
+            parts.append(f"llm: {self.llm_engine} server (its own settings)")
+        return f"machine: {self.cpu.label}; " + "; ".join(parts)
+
+    def settings_label(self) -> str:
+        """``bfloat16, 1 LLM thread, KV blocks of 32 tokens, 2 ASR threads`` (beside figures)."""
+        asr = f"{self.asr_threads} ASR thread{'s' * (self.asr_threads != 1)}"
+        if self.llm_engine != "vllm":
+            return f"LLM on a {self.llm_engine} server, {asr}"
+        threads = f"{self.llm_threads} LLM thread{'s' * (self.llm_threads != 1)}"
+        return f"{self.dtype}, {threads}, KV blocks of {self.kv_block_tokens} tokens, {asr}"
+
+    def as_dict(self) -> dict[str, object]:
+        local = self.llm_engine == "vllm"
+        return {
+            "cpu": self.cpu.as_dict(),
+            "llm_engine": self.llm_engine,
+            "llm_dtype": self.dtype if local else None,
+            "llm_threads": self.llm_threads if local else None,
+            "kv_block_tokens": self.kv_block_tokens if local else None,
+            "asr_threads": self.asr_threads,
+            "choices": [
+                {"key": c.key, "value": c.value, "source": str(c.source), "reason": c.reason}
+                for c in self.choices
+            ],
+        }
+
+
+def choose_dtype(cpu: CPUInfo, configured: str) -> Choice:
+    if configured != "auto":
+        return Choice("llm.dtype", configured, Source.CONFIG, "set in the config")
+    if cpu.bf16_native:
+        return Choice("llm.dtype", "bfloat16", Source.MACHINE, f"{cpu.cpu_class}: bf16 in hardware")
+    return Choice(
+        "llm.dtype", "float32", Source.MACHINE, f"{cpu.cpu_class}: no bf16 in hardware (bf16 is ~4x slower)"
+    )
+
+
+def choose_llm_threads(cpu: CPUInfo, configured: int) -> Choice:
+    if configured > 0:
+        return Choice("llm.threads", configured, Source.CONFIG, "set in the config")
+    if cpu.cores <= ONE_LLM_THREAD_UP_TO_CORES:
+        return Choice("llm.threads", 1, Source.MACHINE, f"{cpu.cores} cores: 1 leaves room for ASR and TTS")
+    return Choice("llm.threads", cpu.cores // 2, Source.MACHINE, f"{cpu.cores} cores: half of them")
+
+
+def choose_asr_threads(cpu: CPUInfo, configured: int) -> Choice:
+    if configured > 0:
+        return Choice("asr.cpu_threads", configured, Source.CONFIG, "set in the config")
+    threads = 1 if cpu.cores == 1 else 2
+    return Choice("asr.cpu_threads", threads, Source.MACHINE, f"{cpu.cores} core{'s' * (cpu.cores > 1)}")
+
+
+def choose_block(cpu: CPUInfo, configured: int) -> Choice:
+    if configured > 0:
+        return Choice("llm.kv_block_tokens", configured, Source.CONFIG, "set in the config")
+    return Choice(
+        "llm.kv_block_tokens",
+        CPU_KV_BLOCK_TOKENS,
+        Source.MACHINE,
+        "CPU: smallest block with a kernel, so short prompts hit the prefix cache",
+    )
+
+
+def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig) -> Tuning:
+    """Every machine-dependent setting for ``cpu``; explicit config values win. With the
+    remote LLM engine the ``llm.*`` values are resolved all the same (the remote server has
+    its own) but left out of :attr:`Tuning.choices`, so the log line names only what is used."""
+    dtype = choose_dtype(cpu, llm.dtype)
+    threads = choose_llm_threads(cpu, llm.threads)
+    asr_threads = choose_asr_threads(cpu, asr.cpu_threads)
+    block = choose_block(cpu, llm.kv_block_tokens)
+    used = (dtype, threads, asr_threads, block) if llm.engine == "vllm" else (asr_threads,)
+    return Tuning(
+        cpu=cpu,
+        dtype=str(dtype.value),
+        llm_threads=int(threads.value),
+        asr_threads=int(asr_threads.value),
+        kv_block_tokens=int(block.value),
+        choices=used,
+        llm_engine=llm.engine,
+    )
+
+
+def tuned_llm(cfg: LLMConfig) -> LLMConfig:
+    """``cfg`` with its auto values resolved for this machine (engines call this)."""
+    from voice_pipeline.config import ASRConfig
+
+    return choose(this_cpu(), cfg, ASRConfig(cpu_threads=1)).llm(cfg)
+
+
+def tuned_asr(cfg: ASRConfig) -> ASRConfig:
+    from voice_pipeline.config import LLMConfig
+
+    return choose(this_cpu(), LLMConfig(), cfg).asr(cfg)
