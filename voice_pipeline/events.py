@@ -88,6 +88,9 @@ class ReplyGenerated:
     t_ns: int
     output_tokens: int
     token_limit: bool
+    #: how the engine says the prompt was served (None: it did not say)
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

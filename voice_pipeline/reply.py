@@ -314,7 +314,14 @@ class Reply:
             if self._llm_error is not None:
                 raise self._llm_error  # after its complete clauses were spoken
             self._transport.emit(
-                ev.ReplyGenerated(self.turn_id, self._clock(), self.llm_tokens, self.token_limit)
+                ev.ReplyGenerated(
+                    self.turn_id,
+                    self._clock(),
+                    self.llm_tokens,
+                    self.token_limit,
+                    None if self.llm_first is None else self.llm_first.prompt_tokens,
+                    None if self.llm_first is None else self.llm_first.cached_tokens,
+                )
             )
             await self.speaker.drain()
         except asyncio.CancelledError:

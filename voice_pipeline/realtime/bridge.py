@@ -113,6 +113,12 @@ class ResponseState:
         return self.seq.settings.output_modality is Modality.TEXT
 
 
+def usage_of(r: ResponseState, output: int, prompt: int | None, cached: int | None) -> Usage:
+    """The response's usage: the engine's own prompt figures when it gave them, else the
+    estimate from the rendered request."""
+    return Usage(r.prompt_tokens if prompt is None else prompt, output, cached or 0)
+
+
 @dataclass(slots=True)
 class _Turn:
     item_id: str | None = None  # the user item (pending, then committed)
@@ -322,7 +328,7 @@ class RealtimeBridge:
                 rate = r.seq.settings.output_format.rate_hz
                 return self._changed(events + r.seq.audio(b"", round(n * rate / OUTPUT_RATE_HZ), text))
             case ev.ReplyGenerated(turn_id=tid, output_tokens=n, token_limit=limit):
-                return self._generated(tid, n, limit)
+                return self._generated(tid, n, limit, event.prompt_tokens, event.cached_tokens)
             case ev.ReplyInterrupted(turn_id=tid):
                 return self._interrupted(tid)
             case ev.TurnFailed(turn_id=tid, stage=stage, message=message):
@@ -386,12 +392,14 @@ class RealtimeBridge:
         t.response = self._new_response(settings, self.context.prompt_tokens(turn_id) or 0)
         return t.response, t.response.seq.created()
 
-    def _generated(self, turn_id: int, tokens: int, limit: bool) -> list[ServerEvent]:
+    def _generated(
+        self, turn_id: int, tokens: int, limit: bool, prompt: int | None, cached: int | None
+    ) -> list[ServerEvent]:
         t = self._turns.get(turn_id)
         r = t.response if t is not None else None
         if r is None or r.seq.done:
             return []
-        usage = Usage(r.prompt_tokens, tokens)
+        usage = usage_of(r, tokens, prompt, cached)
         return self._changed(r.seq.incomplete(usage) if limit else r.seq.finish(usage))
 
     def _stop_audio(self, r: ResponseState) -> list[ServerEvent]:
@@ -423,7 +431,9 @@ class RealtimeBridge:
         r = t.response
         if r is not None:
             if not r.seq.done:
-                usage = Usage(r.prompt_tokens, record.work.llm_tokens)
+                usage = usage_of(
+                    r, record.work.llm_tokens, record.llm_prompt_tokens, record.llm_cached_tokens
+                )
                 if record.interrupted:
                     reason = StatusReason.CLIENT_CANCELLED if r.by_client else StatusReason.TURN_DETECTED
                     events += r.seq.cancel(reason, usage)
