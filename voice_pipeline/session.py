@@ -23,13 +23,10 @@ Ownership:
   anew (the cancelled reply's epoch is over: it records nothing more).
 * :meth:`Session.aclose` cancels and awaits every task it owns; it is idempotent.
 
-What a client may steer beyond the config (a realtime session's ``session.update`` and
-its client events), all typed and decided by the machine: :meth:`Session.configure`
-(new VAD / end-of-turn / barge-in settings, manual turn detection, no automatic
-replies, how auto replies are given), :meth:`Session.commit` and
-:meth:`Session.clear_input` (end or drop the user's turn), :meth:`Session.respond`
-(a reply on demand, with its own messages and options) and :meth:`Session.cancel`.
-What the LLM sees comes from the session's :class:`~voice_pipeline.history.Context`.
+A client may steer more than the config (a realtime session), all typed and decided
+by the machine: :meth:`Session.configure`, :meth:`Session.commit`, :meth:`Session.clear_input`,
+:meth:`Session.respond` (a reply on demand) and :meth:`Session.cancel`. What the LLM
+sees comes from the session's :class:`~voice_pipeline.history.Context`.
 
 Failures: an exception from ASR, LLM or TTS during a turn ends that turn only:
 ``TurnFailed``, then ``llm.apology`` spoken like a reply (barge-in works on it), then
@@ -66,7 +63,7 @@ from voice_pipeline.ledger import Mark, SessionLedger, TurnRecord
 from voice_pipeline.reply import Phrases, ReplyOptions, ReplyRequest
 from voice_pipeline.transport import Transport
 from voice_pipeline.turn import Turn, TurnContext
-from voice_pipeline.turnstate import TurnMachine
+from voice_pipeline.turnstate import TurnMachine, end_of_turn_policy
 from voice_pipeline.warmer import PrefixWarmer
 
 log = logging.getLogger(__name__)
@@ -237,16 +234,7 @@ class Session:
         self._execute(self._machine.cancel(turn_id))
 
     def _policy(self, cfg: Config) -> EndOfTurnPolicy | None:
-        t = cfg.turn
-        if not t.semantic:
-            return None
-        return EndOfTurnPolicy(
-            cfg.vad.end_silence_ms,
-            t.unsure_silence_ms,
-            t.incomplete_silence_ms,
-            t.complete_threshold,
-            uses_model=self._has_turn_model,
-        )
+        return end_of_turn_policy(cfg.vad, cfg.turn, uses_model=self._has_turn_model)
 
     # ------------------------------------------------------------ carrying out commands
 
@@ -418,8 +406,7 @@ class Session:
 
     def _drop(self, turn: Turn) -> None:
         """The user's turn was abandoned before it ended: nothing of it is kept."""
-        turn.done = True
-        turn.utterance.drop()
+        turn.drop()
         if self._capture is turn:
             self._capture = None
         self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")

@@ -143,6 +143,11 @@ class Turn:
         ctx.transport.emit(ev.TurnContinued(self.turn_id, ctx.clock()))
         self.utterance.listen()
 
+    def drop(self) -> None:
+        """The user's turn is abandoned before it ended (the client cleared its input)."""
+        self.done = True
+        self.utterance.drop()
+
     def end(self, end: EndOfTurn, speech_end_ns: int) -> None:
         """The machine ended the user's turn (``speech_end_ns``: the acoustic end of speech)."""
         ctx, utterance = self._ctx, self.utterance

@@ -67,7 +67,21 @@ from voice_pipeline.turnphases import (
     TurnStateError,
 )
 
-__all__ = ["TRANSITIONS", "Phase", "Step", "TurnMachine", "TurnState", "TurnStateError"]
+__all__ = ["TRANSITIONS", "Phase", "Step", "TurnMachine", "TurnState", "TurnStateError", "end_of_turn_policy"]
+
+
+def end_of_turn_policy(vad: VADConfig, turn: TurnConfig, *, uses_model: bool) -> EndOfTurnPolicy | None:
+    """The semantic end-of-turn policy the config asks for (None: ``turn.semantic`` off)."""
+    if not turn.semantic:
+        return None
+    return EndOfTurnPolicy(
+        vad.end_silence_ms,
+        turn.unsure_silence_ms,
+        turn.incomplete_silence_ms,
+        turn.complete_threshold,
+        uses_model=uses_model,
+    )
+
 
 #: is the user's speech since ``onset_ns`` (up to 1 s of it) the assistant's own voice?
 EchoProbe = Callable[[int], bool]
