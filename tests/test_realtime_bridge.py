@@ -463,3 +463,13 @@ def test_an_input_format_change_makes_a_new_decoder() -> None:
     assert 0 < len(b.append(b"\x00\x00" * 4800)) <= 3200  # 24 kHz PCM -> 16 kHz (a little held back)
     b.update(parse_session({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}}))
     assert b.decoder.format is AudioFormat.PCMU
+
+
+def test_usage_takes_the_engines_own_prompt_figures_when_it_gives_them() -> None:
+    b = bridge()
+    spoken_turn(b)
+    answer(b)
+    done = b.on_event(ev.ReplyGenerated(1, T, 9, False, prompt_tokens=120, cached_tokens=96))
+    usage = next(e for e in done if isinstance(e, ResponseDone)).response.usage
+    assert usage is not None and (usage.input_tokens, usage.output_tokens, usage.cached_tokens) == (120, 9, 96)
+    checked(done)
