@@ -374,7 +374,10 @@ def test_profile_from_the_project_config() -> None:
         tools_supported=False,
         vad=cfg.vad,
         interrupt_response=True,
+        semantic=True,
     )
+    # the server runs its semantic end-of-turn policy: a new session says so
+    assert initial_config(profile).turn_detection == SemanticVad(Eagerness.AUTO, True, True)
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,9 @@ def test_every_sample_line_is_well_formed_and_typed() -> None:
 def test_sessions_and_refusals() -> None:
     m = ServerMetrics()
     m.session_opened()
+    m.endpoint_opened("ws")
     m.session_opened()
+    m.endpoint_opened("realtime")
     m.session_closed()
     m.session_refused("limit")
     m.session_refused("origin")
@@ -53,6 +55,8 @@ def test_sessions_and_refusals() -> None:
     assert v["voice_pipeline_sessions_total"] == 2
     assert v['voice_pipeline_sessions_refused_total{reason="limit"}'] == 2
     assert v['voice_pipeline_sessions_refused_total{reason="origin"}'] == 1
+    assert v['voice_pipeline_endpoint_sessions_total{endpoint="ws"}'] == 1
+    assert v['voice_pipeline_endpoint_sessions_total{endpoint="realtime"}'] == 1
 
 
 def test_turn_records_feed_turns_barge_ins_budgets_and_histograms() -> None:

@@ -66,15 +66,27 @@ async def test_one_turn(h: Harness) -> None:
     await d.quiet_until(lambda: h.completed(1))
 
     # events, in order
-    kinds = types_of(t.events, ev.BudgetExceeded)
+    kinds = types_of(t.events, ev.BudgetExceeded, ev.ClauseSynthesized)
     n_text = len(word_deltas(REPLY))
     assert kinds == [
         ev.SpeechStarted,
         ev.EndpointDetected,
         ev.TranscriptFinalized,
+        ev.ReplyStarted,
         *[ev.AssistantTextStreamed] * n_text,
+        ev.ReplyGenerated,
         ev.TurnCompleted,
     ]
+    # each clause is announced before its audio, with its length at the output rate
+    spoken = t.of(ev.ClauseSynthesized)
+    assert [c.text for c in spoken] == clauses_of(REPLY, h.session._cfg.tts.min_clause_words)
+    record = t.record(1)
+    assert record is not None
+    assert sum(c.samples for c in spoken) == round(record.work.audio_synthesized_s * t.output_rate_hz)
+    assert t.of(ev.ReplyGenerated)[0].output_tokens == n_text and not t.of(ev.ReplyGenerated)[0].token_limit
+    # the input timeline of the realtime protocol: ms since the session started
+    # (the first voiced frame starts at sample 3072, the pre-roll is 150 ms = 2400 samples)
+    assert t.of(ev.SpeechStarted)[0].audio_start_ms == (3072 - 2400) * 1000 // RATE
     assert all(e.turn_id == 1 for e in t.events)
     assert [e.t_ns for e in t.events] == sorted(e.t_ns for e in t.events)
     assert t.of(ev.TranscriptFinalized)[0].text == "what is the answer"

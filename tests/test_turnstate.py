@@ -21,14 +21,18 @@ from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
 from voice_pipeline.turnevents import (
     Answer,
+    BeginReply,
     BeginTurn,
     CancelReason,
     CancelReply,
     Command,
     ContinueTurn,
+    Detection,
     Dismiss,
+    DropTurn,
     EndTurn,
     EvidenceFound,
+    Keep,
     PauseReply,
     Prefetch,
     ResumeReply,
@@ -36,8 +40,9 @@ from voice_pipeline.turnevents import (
     Speculate,
     StartReply,
     StopSpeculating,
+    TurnOptions,
 )
-from voice_pipeline.turnstate import TRANSITIONS, Phase, Step, TurnMachine, TurnStateError, _Turn
+from voice_pipeline.turnstate import TRANSITIONS, Phase, Step, TurnMachine, TurnState, TurnStateError
 
 RATE = 16000
 F = 512  # samples per frame
@@ -47,6 +52,9 @@ PROB = {"#": 0.9, ".": 0.0}
 VAD = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=0.0)
 TURN = TurnConfig(unsure_silence_ms=192, incomplete_silence_ms=320, continuation_grace_ms=96)
 BARGE = BargeInConfig(min_speech_ms=64, confirm_speech_ms=160)
+POLICY = EndOfTurnPolicy(VAD.end_silence_ms, TURN.unsure_silence_ms, TURN.incomplete_silence_ms)
+LONG_TURNS = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)
+MANUAL = TurnOptions(detection=Detection.MANUAL, auto_reply=False)
 
 
 def t_of(sample: int) -> int:
@@ -106,7 +114,49 @@ class PttUp:
     pass
 
 
-Input = Frames | Words | Sound | Heard | Audible | Finished | Interrupt | PttDown | PttUp
+@dataclass(frozen=True)
+class Commit:
+    """The client commits its input (a realtime input_audio_buffer.commit)."""
+
+
+@dataclass(frozen=True)
+class Clear:
+    """The client clears its input (input_audio_buffer.clear)."""
+
+
+@dataclass(frozen=True)
+class Respond:
+    """The client asks for a reply with no speech (response.create)."""
+
+
+@dataclass(frozen=True)
+class Cancel:
+    turn: int
+
+
+@dataclass(frozen=True)
+class Configure:
+    options: TurnOptions
+    barge: BargeInConfig = BARGE
+    vad: VADConfig = VAD
+
+
+Input = (
+    Frames
+    | Words
+    | Sound
+    | Heard
+    | Audible
+    | Finished
+    | Interrupt
+    | PttDown
+    | PttUp
+    | Commit
+    | Clear
+    | Respond
+    | Cancel
+    | Configure
+)
 
 
 @dataclass
@@ -152,6 +202,16 @@ class Driver:
                 return m.ptt_pressed(self.frames * F, self.now)
             case PttUp():
                 return m.ptt_released(self.frames * F)
+            case Commit():
+                return m.commit(self.frames * F)
+            case Clear():
+                return m.drop(self.frames * F)
+            case Respond():
+                return m.respond()
+            case Cancel(turn=turn):
+                return m.cancel(turn)
+            case Configure(options=options, barge=barge, vad=vad):
+                return m.configure(vad, barge, POLICY, options, position=self.frames * F)
         raise AssertionError(step)  # pragma: no cover
 
 
@@ -617,6 +677,127 @@ CASES = [
         [*ASK, *answered(), (Heard(1, "what time is it"), [Answer(1, None)], {1: RE})],
     ),
     Case(
+        "the client clears its input while the user speaks: the turn is dropped",
+        [
+            (Frames("##"), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Clear(), [DropTurn(1)], {}),
+            (Frames("#"), [], {}),  # the same speech is a new run: it must be long enough again
+            (Frames("#"), [BeginTurn(2, 2 * F, 2 * F, None)], {2: L}),
+        ],
+    ),
+    Case(
+        "a clear during a pause drops the turn and its speculation",
+        [*ASK, (Clear(), [DropTurn(1)], {}), (Frames("...."), [], {}), (Clear(), [], {})],
+    ),
+    Case(
+        "a commit with the VAD on ends the user's turn now; it is not continued",
+        [
+            (Frames("##"), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Commit(), [end(1, 2, 2, Rule.COMMIT, 0), StartReply(1), Seal(1)], {1: RE}),
+            (
+                Frames("##"),
+                [CancelReply(1, CancelReason.UNHEARD), BeginTurn(2, 2 * F, 2 * F, None)],
+                {1: Phase.INTERRUPTED, 2: L},
+            ),
+            (Commit(), [end(2, 4, 4, Rule.COMMIT, 0), StartReply(2), Seal(2)], {1: Phase.INTERRUPTED, 2: RE}),
+            (Commit(), [], {1: Phase.INTERRUPTED, 2: RE}),  # nothing left to commit
+        ],
+    ),
+    Case(
+        "manual detection: the input since the last commit is a turn; speech decides nothing",
+        [
+            (Configure(MANUAL), [], {}),
+            (Frames("."), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Frames("##...##........."), [], {1: L}),  # pauses and silence end nothing
+            (Commit(), [end(1, 17, 17, Rule.COMMIT, 0), StartReply(1), Seal(1)], {1: RE}),
+            (Heard(1, "what time is it"), [Keep(1, None)], {1: RE}),  # kept, not answered
+            (Finished(1), [], {}),
+            (Frames("#"), [BeginTurn(2, 17 * F, 17 * F, None)], {2: L}),
+            (Clear(), [DropTurn(2)], {}),
+            (Frames("#"), [BeginTurn(3, 18 * F, 18 * F, None)], {3: L}),
+        ],
+    ),
+    Case(
+        "manual detection: speech over an audible reply does not interrupt it",
+        [
+            (Configure(MANUAL), [], {}),
+            (Respond(), [BeginReply(1), StartReply(1)], {1: RE}),
+            (Audible(1), [], {1: AU}),
+            (Frames("#####"), [BeginTurn(2, 0, 0, None)], {1: AU, 2: L}),
+            (Frames("#" * 10), [], {1: AU, 2: L}),
+            (Cancel(1), [CancelReply(1, CancelReason.CLIENT)], {1: Phase.INTERRUPTED, 2: L}),
+            (Finished(1), [], {2: L}),
+        ],
+    ),
+    Case(
+        "manual detection: a turn longer than max_turn is committed anyway",
+        [
+            (Configure(MANUAL, vad=LONG_TURNS), [], {}),
+            (Frames("#" * 31), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Frames("#"), [end(1, 32, 32, Rule.MAX_TURN, 0), StartReply(1), Seal(1)], {1: RE}),
+            (Frames("#"), [BeginTurn(2, 32 * F, 32 * F, None)], {1: RE, 2: L}),
+        ],
+        make=lambda: machine(LONG_TURNS),
+    ),
+    Case(
+        "changing who detects turns drops the turn in progress; back to the VAD",
+        [
+            (Frames("##"), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Configure(MANUAL), [DropTurn(1)], {}),
+            (Frames("."), [BeginTurn(2, 2 * F, 2 * F, None)], {2: L}),
+            (Configure(TurnOptions()), [DropTurn(2)], {}),
+            (Frames(".."), [], {}),
+            (Frames("##"), [BeginTurn(3, 5 * F, 4 * F, None)], {3: L}),
+        ],
+    ),
+    Case(
+        "auto replies off: the words are kept; spoken over a reply they still interrupt it",
+        [
+            (Configure(TurnOptions(auto_reply=False)), [], {}),
+            *ASK,
+            (Words(Cue.NEUTRAL), [], {1: MF}),  # no prefetch: no reply is to come
+            (Sound(0.9), [], {1: MF}),
+            (Frames(".."), [end(1, 2, 5, Rule.COMPLETE, 96), StartReply(1)], {1: RE}),
+            (Heard(1, "tell me a story"), [Keep(1, None)], {1: RE}),
+            (Finished(1), [Seal(1)], {}),
+            (Respond(), [BeginReply(2), StartReply(2)], {2: RE}),
+            (Audible(2), [], {2: AU}),
+            (Frames("##"), [PauseReply(2, 5 * FRAME_NS), BeginTurn(3, 5 * F, 5 * F, 2)], {2: PA, 3: L}),
+            (Frames("."), [Speculate(3, 7 * F)], {2: PA, 3: MF}),
+            (Frames("." * 5), [end(3, 7, 13, Rule.NO_VERDICT, 192), StartReply(3)], {2: PA, 3: RE}),
+            (
+                Heard(3, "stop please"),
+                [CancelReply(2, CancelReason.WORDS, True), Keep(3, InterruptionKind.WORDS)],
+                {2: Phase.INTERRUPTED, 3: RE},
+            ),
+        ],
+    ),
+    Case(
+        "a reply asked for directly: speech before it is audible cancels it (never continued)",
+        [
+            (Respond(), [BeginReply(1), StartReply(1)], {1: RE}),
+            (
+                Frames("##"),
+                [CancelReply(1, CancelReason.UNHEARD), BeginTurn(2, 0, 0, None)],
+                {1: Phase.INTERRUPTED, 2: L},
+            ),
+            (Cancel(1), [], {1: Phase.INTERRUPTED, 2: L}),  # already cancelled
+        ],
+    ),
+    Case(
+        "the client cancels a reply that plays, and one being prepared",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Cancel(1), [CancelReply(1, CancelReason.CLIENT)], {1: Phase.INTERRUPTED}),
+            (Finished(1), [Seal(1)], {}),
+            (Respond(), [BeginReply(2), StartReply(2)], {2: RE}),
+            (Cancel(2), [CancelReply(2, CancelReason.CLIENT)], {2: Phase.INTERRUPTED}),
+            (Cancel(7), [], {2: Phase.INTERRUPTED}),
+        ],
+    ),
+    Case(
         "late news of an old reply changes nothing",
         [
             *ASK,
@@ -651,7 +832,7 @@ def test_every_phase_but_done_has_a_way_out_and_done_has_none() -> None:
 def test_a_transition_not_in_the_table_is_a_bug() -> None:
     m = machine()
     with pytest.raises(TurnStateError):
-        m._move(_Turn(1, Phase.DONE), Step.CONTINUE)
+        m._move(TurnState(1, Phase.DONE), Step.CONTINUE)
 
 
 def test_audible_is_the_latest_reply_the_listener_hears() -> None:
@@ -670,7 +851,7 @@ def test_the_scripts_take_every_transition_of_the_table(monkeypatch: pytest.Monk
     taken: set[tuple[Phase, Step]] = set()
     move = TurnMachine._move
 
-    def recording(self: TurnMachine, t: _Turn, step: Step) -> None:
+    def recording(self: TurnMachine, t: TurnState, step: Step) -> None:
         taken.add((t.phase, step))
         move(self, t, step)
 

@@ -114,16 +114,22 @@ class Endpointer:
         """``policy``: the semantic end-of-turn policy; None = silence alone (``end_silence_ms``)."""
         if sample_rate_hz <= 0 or frame_samples <= 0:
             raise ConfigError("vad: sample rate and frame size must be positive")
-        self._policy = policy
-        self._max_turn = round(cfg.max_turn_s * sample_rate_hz)
         self.sample_rate_hz = sample_rate_hz
         self.frame_samples = frame_samples
+        self.reconfigure(cfg, policy)
+        self.reset()
+
+    def reconfigure(self, cfg: VADConfig, policy: EndOfTurnPolicy | None) -> None:
+        """New thresholds, pre-roll, waits and policy from the next frame on; the position
+        and the run in progress are kept (a realtime client's ``session.update``)."""
+        rate = self.sample_rate_hz
+        self._policy = policy
+        self._max_turn = round(cfg.max_turn_s * rate)
         self._threshold = cfg.threshold
         self._neg_threshold = cfg.neg_threshold
-        self._min_speech = _ms_to_samples(cfg.min_speech_ms, sample_rate_hz)
+        self._min_speech = _ms_to_samples(cfg.min_speech_ms, rate)
         self._end_silence_ms = cfg.end_silence_ms
-        self._pre_roll = _ms_to_samples(cfg.pre_roll_ms, sample_rate_hz)
-        self.reset()
+        self._pre_roll = _ms_to_samples(cfg.pre_roll_ms, rate)
 
     def reset(self) -> None:
         """Forget everything, including the position (the next frame starts at sample 0)."""

@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="serve the voice assistant over WebSocket, with a demo page",
         description="Load the models once, then serve a browser demo page at / and voice sessions "
-        "over WebSocket at /ws (protocol: docs/protocol.md), plus /healthz and /metrics (Prometheus). "
+        "over WebSocket at /ws (protocol: docs/protocol.md) and /v1/realtime (the OpenAI Realtime "
+        "API: docs/realtime.md), plus /healthz and /metrics (Prometheus). "
         "Each connection is its own conversation; the models are shared. Binds 127.0.0.1 (this "
         "machine only) unless --host says otherwise; browsers allow the microphone on http:// only "
         "for localhost. Ctrl-C (or SIGTERM) closes every session and stops.",
@@ -179,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--token",
         metavar="TOKEN",
         default=os.environ.get("VOICE_PIPELINE_TOKEN"),
-        help="require this token on /ws (Authorization: Bearer TOKEN, or ?token=TOKEN; the demo page "
+        help="require this token on /ws and /v1/realtime (Authorization: Bearer TOKEN -- the openai SDK's "
+        "api_key --, or ?token=TOKEN; the demo page "
         "passes on the token of its own URL, /?token=TOKEN); default: $VOICE_PIPELINE_TOKEN (SECURITY.md)",
     )
     p.add_argument("--certfile", metavar="PEM", help="serve https:// and wss:// with this certificate chain")

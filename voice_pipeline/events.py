@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 class SpeechStarted:
     turn_id: int
     t_ns: int
+    #: where the turn's audio starts (the pre-roll included), in ms of input since the
+    #: session started (the realtime protocol's ``audio_start_ms``)
+    audio_start_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,8 @@ class EndpointDetected:
     t_ns: int
     #: monotonic time of the true end of speech (last voiced frame)
     speech_end_ns: int
+    #: ... in ms of input since the session started (the realtime ``audio_end_ms``)
+    audio_end_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,40 @@ class TranscriptFinalized:
     turn_id: int
     t_ns: int
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyStarted:
+    """The turn is answered: its reply's LLM request starts (or its prefetch is taken)."""
+
+    turn_id: int
+    t_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClauseSynthesized:
+    """Reply audio goes to the listener next: a clause of ``text`` (``""`` for a fixed
+    phrase, the filler or the apology, which are not the reply's words) of ``samples``
+    at the transport's output rate. The audio itself follows through ``play``."""
+
+    turn_id: int
+    t_ns: int
+    text: str
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyGenerated:
+    """The reply is complete: every token generated and all its audio handed to the
+    transport (playback may go on). ``token_limit``: it stopped at its token limit."""
+
+    turn_id: int
+    t_ns: int
+    output_tokens: int
+    token_limit: bool
+    #: how the engine says the prompt was served (None: it did not say)
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +160,9 @@ Event = (
     | TurnContinued
     | TranscriptPartial
     | TranscriptFinalized
+    | ReplyStarted
+    | ClauseSynthesized
+    | ReplyGenerated
     | AssistantTextStreamed
     | ReplyPaused
     | ReplyResumed

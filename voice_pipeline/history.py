@@ -15,12 +15,20 @@ Budget: before each request, and after each turn for the list itself, the histor
 cut to the most recent whole turns that fit ``llm.history_max_tokens`` together with
 the system prompt (and the new user message) -- :func:`fit_history`, on token counts
 estimated without the tokenizer (:func:`estimate_tokens`).
+
+One source of truth per session: a session's requests come from its :class:`Context`.
+On ``/ws``, the telephony edges and file mode that is :class:`History`, fed by the
+session as each turn ends. On ``/v1/realtime`` it is the realtime conversation
+(:class:`voice_pipeline.realtime.context.RealtimeContext` over the item store the
+client sees and edits), rendered by the same rules; the session's ``remember`` is a
+no-op there, because the conversation already holds every item.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from llm.base import ChatMessage
 
@@ -79,6 +87,29 @@ def request_budget(max_tokens: int, system: ChatMessage, user: ChatMessage) -> i
     return max_tokens - message_tokens(system) - message_tokens(user) - GENERATION_PROMPT_TOKENS
 
 
+class Context(Protocol):
+    """What a session asks the LLM with (see the module docstring)."""
+
+    @property
+    def version(self) -> int:
+        """Changes whenever what a request would hold changes, but for the new message
+        (a reply prefetched with an older version is not used)."""
+        ...
+
+    def request(self, user_text: str, turn_id: int | None = None) -> list[ChatMessage]:
+        """The messages of a request answering ``user_text`` (the words of turn ``turn_id``)."""
+        ...
+
+    def remember(self, user_text: str, heard: str, *, cut: bool) -> None:
+        """A turn ended: its words and what was heard of the reply (``cut``: not to the end)."""
+        ...
+
+    def prefix(self) -> list[ChatMessage]:
+        """The part of the next request known before the user speaks (the system prompt and
+        the past turns): what the session keeps warm in the LLM's prefix cache."""
+        ...
+
+
 class History:
     """One session's conversation. ``version`` changes whenever the messages do (a reply
     prefetched with an older history is not used)."""
@@ -89,7 +120,7 @@ class History:
         self.messages: list[ChatMessage] = []
         self.version = 0
 
-    def request(self, user_text: str) -> list[ChatMessage]:
+    def request(self, user_text: str, turn_id: int | None = None) -> list[ChatMessage]:
         """The messages of a request: system prompt, the past turns that fit, the new message."""
         user = ChatMessage("user", user_text)
         budget = request_budget(self.max_tokens, self.system, user)

@@ -18,6 +18,13 @@ synthesizes each text once per session (at the listener's rate) and the reply
 plays it through its own speaker, so barge-in pauses, resumes and cancels them
 exactly like the reply's own words. They are never part of the reply's text
 (:attr:`Reply.text`, :attr:`Reply.clauses`), so they stay out of the history.
+
+:class:`ReplyOptions` say how one reply is given: spoken (the default) or as text only
+(no TTS: the LLM's text is the reply, shown at once), and its token limit (a reply
+that reaches it stops there; ``llm.max_tokens`` caps every reply). The transport is
+told each step: :class:`~voice_pipeline.events.ReplyStarted`, the text as it streams,
+each clause before its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
+:class:`~voice_pipeline.events.ReplyGenerated` once everything is generated and sent.
 """
 
 from __future__ import annotations
@@ -42,9 +49,12 @@ from voice_pipeline.errors import EngineError
 from voice_pipeline.heard import SpokenClause, heard_text
 from voice_pipeline.ledger import Mark
 from voice_pipeline.records import FailedStage, Span
+from voice_pipeline.steering import ReplyOptions, ReplyRequest
 from voice_pipeline.transport import Transport
 
 log = logging.getLogger(__name__)
+
+__all__ = ["Phrases", "PrefetchedStream", "Reply", "ReplyOptions", "ReplyRequest", "ReplySpeaker"]
 
 MarkFn = Callable[[Mark, int], None]
 #: records a model's compute span on the critical path: (name, start_ns, end_ns)
@@ -109,10 +119,18 @@ class ReplySpeaker:
         self._pauses = 0  # pauses so far: a drain that saw one must wait for the re-sent rest
         self._running = asyncio.Event()  # set while not paused
         self._running.set()
+        self._shown = False
 
     @property
     def started(self) -> bool:
-        return self.total > 0
+        return self.total > 0 or self._shown
+
+    def show(self) -> None:
+        """A text-only reply's first text is out: it counts as started (nothing to play)."""
+        if not self.started:
+            self._shown = True
+            if self._on_started is not None:
+                self._on_started()
 
     async def add(self, pcm: NDArray[np.int16]) -> None:
         started = self.started
@@ -247,6 +265,9 @@ class Reply:
         self.text = ""
         self.clauses: list[SpokenClause] = []  # the reply's own words, as spoken
         self.llm_tokens = 0
+        self.options = ReplyOptions()
+        #: the LLM was stopped at the reply's token limit
+        self.token_limit = False
         #: the LLM request's delta that says how the prompt was served (prompt and cached
         #: tokens, prefill ms); the session copies it into the ledger (TurnLedger.llm_request)
         self.llm_first: LLMDelta | None = None
@@ -261,7 +282,10 @@ class Reply:
         self._llm_error: Exception | None = None
 
     def heard(self, played: int, interrupted: bool) -> str:
-        """The reply's own words the listener heard (the filler and apology excluded)."""
+        """The reply's own words the listener heard (the filler and apology excluded; all
+        the text streamed, for a text-only reply)."""
+        if not self.options.speak:
+            return self.text.strip()
         if not interrupted:
             return " ".join(c.text for c in self.clauses)
         return heard_text(self.clauses, max(0, played - self.filler_samples))
@@ -272,20 +296,34 @@ class Reply:
         prefetched: PrefetchedStream | None = None,
         *,
         filler_at_ns: int | None = None,
+        options: ReplyOptions | None = None,
     ) -> None:
         """Speak the reply; with ``filler_at_ns``, the filler first if no clause is ready by then.
 
         An LLM failure is raised once the clauses it completed have been spoken; a TTS
         failure at once (the LLM request is aborted)."""
+        self.options = options = options or self.options
         clauses: asyncio.Queue[str | _Phrase | None] = asyncio.Queue(maxsize=8)
+        self._transport.emit(ev.ReplyStarted(self.turn_id, self._clock()))
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._generate(messages, clauses, prefetched))
-                tg.create_task(self._speak(clauses))
-                if filler_at_ns is not None and self._cfg.llm.filler_text:
+                if options.speak:
+                    tg.create_task(self._speak(clauses))
+                if options.speak and filler_at_ns is not None and self._cfg.llm.filler_text:
                     self._filler_task = tg.create_task(self._filler(filler_at_ns, clauses))
             if self._llm_error is not None:
                 raise self._llm_error  # after its complete clauses were spoken
+            self._transport.emit(
+                ev.ReplyGenerated(
+                    self.turn_id,
+                    self._clock(),
+                    self.llm_tokens,
+                    self.token_limit,
+                    None if self.llm_first is None else self.llm_first.prompt_tokens,
+                    None if self.llm_first is None else self.llm_first.cached_tokens,
+                )
+            )
             await self.speaker.drain()
         except asyncio.CancelledError:
             # the TaskGroup has closed the LLM stream (the request is aborted, if it was still
@@ -304,6 +342,7 @@ class Reply:
             log.warning("turn %d: cannot synthesize %r", self.turn_id, text, exc_info=True)
             return False
         if pcm.size:
+            self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), "", len(pcm)))
             await self.speaker.add(pcm)
             self._mark(mark, self._clock())
             await self.speaker.drain()
@@ -335,6 +374,9 @@ class Reply:
         prefetched: PrefetchedStream | None,
     ) -> None:
         chunker = ClauseChunker(self._cfg.tts.min_clause_words)
+        cap = self._cfg.llm.max_tokens
+        limit = cap if self.options.max_tokens is None else min(cap, self.options.max_tokens)
+        speak = self.options.speak
         if prefetched is not None:
             stream = prefetched.stream()  # its owner aborts the request
             llm_start = prefetched.started_ns or self._clock()
@@ -352,11 +394,17 @@ class Reply:
                     self.llm_tokens += delta.num_tokens
                     self.text += delta.text
                     self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
-                    for clause in chunker.push(delta.text):
+                    if not speak:
+                        self.speaker.show()
+                    if self.llm_tokens >= limit:
+                        self.token_limit = True  # stops here: closing the stream aborts the request
+                    for clause in chunker.push(delta.text) if speak else ():
                         self._compute(Span.LLM, llm_start, self._clock())  # the first one counts
                         self._mark(Mark.FIRST_CLAUSE, self._clock())
                         self._first_clause_queued()
                         await out.put(clause)
+                    if self.token_limit:
+                        break
         except Exception as exc:
             # the clauses already queued are still spoken; run() raises this afterwards
             self.failed_stage = self.failed_stage or FailedStage.LLM
@@ -365,7 +413,7 @@ class Reply:
             await out.put(None)
             return
         self._mark(Mark.LLM_DONE, self._clock())
-        for clause in chunker.flush():
+        for clause in chunker.flush() if speak else ():
             self._compute(Span.LLM, llm_start, self._clock())
             self._mark(Mark.FIRST_CLAUSE, self._clock())
             self._first_clause_queued()
@@ -385,6 +433,7 @@ class Reply:
         while (clause := await clauses.get()) is not None:
             if isinstance(clause, _Phrase):
                 self.filler_samples += len(clause.pcm)
+                self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), "", len(clause.pcm)))
                 await self.speaker.add(clause.pcm)
                 self._mark(Mark.FILLER_SENT, self._clock())
                 continue
@@ -400,6 +449,7 @@ class Reply:
             pcm = resample_int16(pcm, tts.sample_rate_hz, out_rate)
             self.audio_synthesized_s += len(pcm) / out_rate
             self.clauses.append(SpokenClause(clause, len(pcm)))
+            self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), clause, len(pcm)))
             await self.speaker.add(pcm)
             if not self.speaker.paused:
                 self._mark(Mark.FIRST_AUDIO_SENT, self._clock())

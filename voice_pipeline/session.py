@@ -23,6 +23,11 @@ Ownership:
   anew (the cancelled reply's epoch is over: it records nothing more).
 * :meth:`Session.aclose` cancels and awaits every task it owns; it is idempotent.
 
+A client may steer more than the config (a realtime session), all typed and decided
+by the machine: :meth:`Session.configure`, :meth:`Session.commit`, :meth:`Session.clear_input`,
+:meth:`Session.respond` (a reply on demand) and :meth:`Session.cancel`. What the LLM
+sees comes from the session's :class:`~voice_pipeline.history.Context`.
+
 Failures: an exception from ASR, LLM or TTS during a turn ends that turn only:
 ``TurnFailed``, then ``llm.apology`` spoken like a reply (barge-in works on it), then
 ``TurnCompleted`` with ``record.failed`` set; what enters the history is
@@ -32,6 +37,7 @@ Failures: an exception from ASR, LLM or TTS during a turn ends that turn only:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
@@ -41,24 +47,25 @@ import numpy as np
 from numpy.typing import NDArray
 
 from llm.base import ChatMessage
-from llm.prefill import PrefillPlanner, Prefix, conversation_prefix
+from llm.prefill import PrefillPlanner, Prefix
 from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
 from voice_pipeline import turnevents as te
 from voice_pipeline.audio import finite_audio, last_sound_end
+from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.clock import ms_to_ns, now_ns
-from voice_pipeline.config import Config
+from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
 from voice_pipeline.echo import EchoGate
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ClosedError
-from voice_pipeline.history import History
+from voice_pipeline.history import Context, History
 from voice_pipeline.inputbuf import InputHistory
 from voice_pipeline.ledger import Mark, SessionLedger
 from voice_pipeline.records import Span, TurnRecord
-from voice_pipeline.reply import Phrases
+from voice_pipeline.reply import Phrases, ReplyOptions, ReplyRequest
 from voice_pipeline.transport import Transport
 from voice_pipeline.turn import Turn, TurnContext
-from voice_pipeline.turnstate import TurnMachine
+from voice_pipeline.turnstate import TurnMachine, end_of_turn_policy
 from voice_pipeline.warmer import PrefixWarmer
 
 log = logging.getLogger(__name__)
@@ -76,8 +83,10 @@ class Session:
         *,
         clock: Callable[[], int] = now_ns,
         sleep_until: Callable[[int], Awaitable[None]] | None = None,
+        context: Context | None = None,
     ) -> None:
-        """``sleep_until(t_ns)`` waits until ``clock()`` reaches ``t_ns`` (default: real time)."""
+        """``sleep_until(t_ns)`` waits until ``clock()`` reaches ``t_ns`` (default: real time);
+        ``context``: what the LLM is asked with (default: the session's own History)."""
         self._cfg = cfg
         self._transport = transport
         self._clock = clock
@@ -89,22 +98,15 @@ class Session:
         self._echo = EchoGate(cfg.barge_in, self.rate_hz, self._input, clock())
         self._phrases = Phrases(engines.tts, transport.output_rate_hz)
         self._phrases_prepared = False
-        t = cfg.turn
-        policy = EndOfTurnPolicy(
-            cfg.vad.end_silence_ms,
-            t.unsure_silence_ms,
-            t.incomplete_silence_ms,
-            t.complete_threshold,
-            uses_model=engines.turn is not None,
-        )
+        self._has_turn_model = engines.turn is not None
         self._machine = TurnMachine(
             cfg.vad,
-            t,
+            cfg.turn,
             cfg.barge_in,
             sample_rate_hz=self.rate_hz,
             frame_samples=self._frame,
             time_of=self._input.time_of,
-            policy=policy if t.semantic else None,
+            policy=self._policy(cfg),
             prefetch=cfg.llm.speculative_start,
         )
         self._ctx = TurnContext(
@@ -128,6 +130,9 @@ class Session:
         )
         planner = PrefillPlanner(block_tokens=block, tag=f"{id(self):x}")
         self._warmer = PrefixWarmer(engines.llm, planner, self._spawn, enabled=cfg.llm.prefill_ahead)
+        self._context: Context = context or self._history
+        self._reply_options = ReplyOptions()
+        self._requests: dict[int, ReplyRequest] = {}  # asked for, until their turn begins
         self._turns: dict[int, Turn] = {}
         self._capture: Turn | None = None  # the turn whose utterance gets the input
         self._replying: set[int] = set()
@@ -191,6 +196,48 @@ class Session:
         """Push-to-talk released: the user's turn ends now (no end-of-speech silence)."""
         self._execute(self._machine.ptt_released(self._input.position))
 
+    # ------------------------------------------------------------ what a client steers
+
+    def configure(
+        self,
+        vad: VADConfig,
+        turn: TurnConfig,
+        barge_in: BargeInConfig,
+        options: te.TurnOptions,
+        reply: ReplyOptions,
+    ) -> None:
+        """New turn-taking settings for the frames and turns to come; ``reply``: how the
+        automatic replies are given. Changing ``options.detection`` drops the user's turn
+        in progress (see :meth:`TurnMachine.configure`)."""
+        self._cfg = cfg = dataclasses.replace(self._cfg, vad=vad, turn=turn, barge_in=barge_in)
+        self._ctx = dataclasses.replace(self._ctx, cfg=cfg)
+        self._reply_options = reply
+        position = self._input.position
+        self._execute(self._machine.configure(vad, barge_in, self._policy(cfg), options, position=position))
+
+    def commit(self) -> None:
+        """The client committed its input: the user's turn in progress ends now."""
+        self._execute(self._machine.commit(self._input.position))
+
+    def clear_input(self) -> None:
+        """The client cleared its input: the user's turn in progress is dropped."""
+        self._execute(self._machine.drop(self._input.position))
+
+    def respond(self, request: ReplyRequest) -> int:
+        """Start a reply with no user speech; returns its turn's id."""
+        cmds = self._machine.respond()
+        turn_id = cmds[0].turn_id
+        self._requests[turn_id] = request
+        self._execute(cmds)
+        return turn_id
+
+    def cancel(self, turn_id: int) -> None:
+        """The client cancelled the reply of ``turn_id`` (if it is still in progress)."""
+        self._execute(self._machine.cancel(turn_id))
+
+    def _policy(self, cfg: Config) -> EndOfTurnPolicy | None:
+        return end_of_turn_policy(cfg.vad, cfg.turn, uses_model=self._has_turn_model)
+
     # ------------------------------------------------------------ carrying out commands
 
     def _execute(self, cmds: list[te.Command]) -> None:
@@ -201,8 +248,16 @@ class Session:
                     self._turns[tid] = turn
                     self._capture = turn
                     self._idle.clear()
-                    turn.begin(self._input.time_of(onset), self._input.since(start))
+                    turn.begin(self._input.time_of(onset), start, self._input.since(start))
                     self._warm()
+                case te.BeginReply(turn_id=tid):
+                    turn = Turn(tid, self.ledger.new_turn(tid), self._ctx, spoken_over=None)
+                    self._turns[tid] = turn
+                    turn.request = self._requests.pop(tid)
+                    turn.user_text = turn.request.user_text
+                    self._idle.clear()
+                case te.DropTurn(turn_id=tid):
+                    self._drop(self._turns.pop(tid))
                 case te.ContinueTurn(turn_id=tid):
                     turn = self._turns[tid]
                     self._reply_over(tid)
@@ -217,7 +272,8 @@ class Session:
                     self._warmer.llm_starting()
                     turn = self._turns[tid]
                     tag = f"{id(self)}-{tid}-{turn.epoch}"
-                    turn.utterance.prefetch(self._history.request, self._history.version, tag)
+                    request = functools.partial(self._context.request, turn_id=tid)
+                    turn.utterance.prefetch(request, self._context.version, tag)
                 case te.EndTurn(turn_id=tid, end=end):
                     speech_end = self._input.time_of(self._acoustic_end(end.speech_end_sample))
                     self._turns[tid].end(end, speech_end)
@@ -233,7 +289,7 @@ class Session:
                 case te.Seal(turn_id=tid):
                     if self._capture is not None and self._capture.turn_id == tid:
                         self._capture = None
-                case te.Answer() | te.Dismiss():
+                case te.Answer() | te.Keep() | te.Dismiss():
                     pass  # read by the reply task that asked (see _answer)
 
     def _warm(self, committed: str = "") -> None:
@@ -243,7 +299,9 @@ class Session:
         self._warmer.warm(self._prefix(committed), idle=idle)
 
     def _prefix(self, committed: str = "") -> Prefix:
-        return conversation_prefix(self._cfg.llm.system_prompt, self._history.prefix()[1:], committed)
+        """The known start of the next request: the context's prefix (system prompt and the
+        past turns: the History, or a realtime session's conversation) + the committed words."""
+        return Prefix(tuple(self._context.prefix()), committed.strip())
 
     def _acoustic_end(self, vad_end: int) -> int:
         """The VAD's last voiced frame ends 40-100 ms after the sound does (model
@@ -272,7 +330,7 @@ class Session:
                 await self._answer(turn)
             except* Exception as group:
                 turn.fail(_first_leaf(group))
-            if turn.failed is not None and self._cfg.llm.apology:
+            if turn.failed is not None and self._cfg.llm.apology and self._spoken(turn):
                 reply = turn.reply or turn.new_reply()
                 turn.reply = reply
                 await reply.say(self._cfg.llm.apology, Mark.APOLOGY_SENT)
@@ -281,11 +339,21 @@ class Session:
                 turn.utterance.drop_prefetch()
                 self._finish(turn)
 
+    def _spoken(self, turn: Turn) -> bool:
+        """The turn's reply is spoken (not text only): an apology is too."""
+        if turn.reply is not None:
+            return turn.reply.options.speak
+        return (turn.request.options if turn.request is not None else self._reply_options).speak
+
     def _reply_done(self, turn: Turn, epoch: int, _task: asyncio.Task[None]) -> None:
         if not turn.done and epoch == turn.epoch:  # cancelled before its first step
             self._finish(turn)
 
     async def _answer(self, turn: Turn) -> None:
+        if turn.request is not None:  # asked for directly: no words to transcribe
+            turn.reply = turn.new_reply()
+            await turn.reply.run(list(turn.request.messages), options=turn.request.options)
+            return
         final = await turn.utterance.transcriber.final()
         turn.ledger.asr_decode_ms = final.decode_ms
         turn.ledger.asr_speculative = final.speculative
@@ -301,18 +369,18 @@ class Session:
         if verdict is not None and verdict.interruption is not None:
             turn.ledger.interruption = verdict.interruption
         if not isinstance(verdict, te.Answer):
-            return  # no words, or a backchannel, echo or noise over a reply: no reply
+            return  # no words, a backchannel, echo or noise over a reply, or kept: no reply
         if over is not None and over.reply_task is not None and not over.reply_task.done():
             await asyncio.wait([over.reply_task])  # its heard text enters the history first
-        prefetched = await turn.utterance.take_prefetch(turn.user_text, self._history.version)
+        prefetched = await turn.utterance.take_prefetch(turn.user_text, self._context.version)
         turn.ledger.llm_prefetched = prefetched is not None
-        messages = self._history.request(turn.user_text)
+        messages = self._context.request(turn.user_text, turn.turn_id)
         turn.reply = turn.new_reply()
         filler_at = None
         speech_end = turn.ledger.get(Mark.SPEECH_END)
         if self._cfg.llm.filler_after_ms > 0 and speech_end is not None:
             filler_at = speech_end + ms_to_ns(self._cfg.llm.filler_after_ms)
-        await turn.reply.run(messages, prefetched, filler_at_ns=filler_at)
+        await turn.reply.run(messages, prefetched, filler_at_ns=filler_at, options=self._reply_options)
 
     def _reply_audible(self, turn_id: int, epoch: int) -> None:
         turn = self._turns.get(turn_id)
@@ -322,9 +390,10 @@ class Session:
     def _finish(self, turn: Turn) -> TurnRecord:
         record, heard = turn.finish()
         self.ledger.add(record)
-        if turn.user_text and record.interruption in (None, "words"):
+        kept = turn.request is None or turn.request.remember
+        if turn.user_text and kept and record.interruption in (None, InterruptionKind.WORDS):
             if turn.failed is None or heard:  # a failed turn of which nothing was heard: never asked
-                self._history.remember(turn.user_text, heard, cut=turn.interrupted or turn.failed is not None)
+                self._context.remember(turn.user_text, heard, cut=turn.interrupted or turn.failed is not None)
         self._execute(self._machine.reply_finished(turn.turn_id))
         self._reply_over(turn.turn_id)
         if record.assistant_text and not turn.interrupted and turn.failed is None:
@@ -336,6 +405,15 @@ class Session:
             self._idle.set()
         self._transport.emit(ev.TurnCompleted(turn.turn_id, self._clock(), record))
         return record
+
+    def _drop(self, turn: Turn) -> None:
+        """The user's turn was abandoned before it ended: nothing of it is kept."""
+        turn.drop()
+        if self._capture is turn:
+            self._capture = None
+        self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
+        if self._machine.user is None and not self._replying:
+            self._idle.set()
 
     # ------------------------------------------------------------ tasks
 

@@ -32,7 +32,7 @@ from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger import Mark, TurnLedger
 from voice_pipeline.records import EndOfTurnRecord, FailedStage, Span, TurnRecord
-from voice_pipeline.reply import Phrases, Reply, ReplySpeaker
+from voice_pipeline.reply import Phrases, Reply, ReplyRequest, ReplySpeaker
 from voice_pipeline.transport import Transport
 from voice_pipeline.turnevents import CancelReason, EvidenceFound
 from voice_pipeline.utterance import Spawn, Utterance
@@ -87,6 +87,8 @@ class Turn:
         self.reply_task: asyncio.Task[None] | None = None
         self.reply: Reply | None = None
         self.user_text = ""
+        #: a reply asked for directly (``Session.respond``): what it is asked with
+        self.request: ReplyRequest | None = None
         self.interrupted = False
         self.failed: str | None = None  # the stage that failed
         self.done = False
@@ -117,10 +119,12 @@ class Turn:
 
     # ------------------------------------------------------------ the user's side
 
-    def begin(self, onset_ns: int, audio: NDArray[np.float32]) -> None:
+    def begin(self, onset_ns: int, start_sample: int, audio: NDArray[np.float32]) -> None:
+        """The user's turn began; its audio (``audio``) starts at input sample ``start_sample``."""
         self.mark(Mark.SPEECH_START, onset_ns)
         self.utterance.start(audio)
-        self._ctx.transport.emit(ev.SpeechStarted(self.turn_id, self._ctx.clock()))
+        start_ms = start_sample * 1000 // self._ctx.cfg.audio.pipeline_rate_hz
+        self._ctx.transport.emit(ev.SpeechStarted(self.turn_id, self._ctx.clock(), start_ms))
 
     def continue_(self) -> None:
         """The user went on before hearing the reply: the reply is dropped, the turn open again."""
@@ -140,11 +144,16 @@ class Turn:
         ctx.transport.emit(ev.TurnContinued(self.turn_id, ctx.clock()))
         self.utterance.listen()
 
+    def drop(self) -> None:
+        """The user's turn is abandoned before it ended (the client cleared its input)."""
+        self.done = True
+        self.utterance.drop()
+
     def end(self, end: EndOfTurn, speech_end_ns: int) -> None:
         """The machine ended the user's turn (``speech_end_ns``: the acoustic end of speech)."""
         ctx, utterance = self._ctx, self.utterance
         utterance.stop_partials()
-        if end.rule in (Rule.PUSH_TO_TALK, Rule.MAX_TURN):
+        if end.rule in (Rule.PUSH_TO_TALK, Rule.MAX_TURN, Rule.COMMIT):
             utterance.transcriber.speculate()  # the final decode starts now
         self.mark(Mark.SPEECH_END, speech_end_ns)
         decided = ctx.clock()
@@ -167,7 +176,8 @@ class Turn:
             sound_compute_ms=at.get("sound_compute"),
         )
         utterance.drop_evidence()
-        ctx.transport.emit(ev.EndpointDetected(self.turn_id, decided, speech_end_ns))
+        end_ms = end.speech_end_sample * 1000 // ctx.cfg.audio.pipeline_rate_hz
+        ctx.transport.emit(ev.EndpointDetected(self.turn_id, decided, speech_end_ns, end_ms))
 
     # ------------------------------------------------------------ the reply
 

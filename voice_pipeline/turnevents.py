@@ -1,9 +1,10 @@
 """What goes into the turn state machine and what comes out of it (typed, frozen).
 
-Inputs the runtime reports asynchronously are events (:class:`EvidenceFound`); the
-machine's answers are commands, imperative, one class each, dispatched with ``match``
-(:data:`Command`). The machine itself, its phases and its transition table are in
-:mod:`voice_pipeline.turnstate`.
+Inputs the runtime reports asynchronously are events (:class:`EvidenceFound`); how a
+session takes turns beyond its config is :class:`TurnOptions` (a realtime client's
+``session.update``); the machine's answers are commands, imperative, one class each,
+dispatched with ``match`` (:data:`Command`). The machine itself, its phases and its
+transition table are in :mod:`voice_pipeline.turnstate`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,25 @@ class EvidenceFound:
     no_sound: bool = False
 
 
+class Detection(enum.StrEnum):
+    """Who starts and ends the user's turns."""
+
+    #: the VAD and the end-of-turn policy (``vad.*``, ``turn.*``)
+    VAD = "vad"
+    #: the client: a turn starts with the first input after a commit (or a clear, or the
+    #: session's start) and ends with the next commit; the VAD decides nothing, and nothing
+    #: interrupts a reply but an explicit cancel (a realtime session's ``turn_detection: null``)
+    MANUAL = "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    detection: Detection = Detection.VAD
+    #: a turn that ends is answered at once; False: its transcript stands unanswered
+    #: (:class:`Keep`) until the client asks for a reply (``create_response: false``)
+    auto_reply: bool = True
+
+
 class CancelReason(enum.StrEnum):
     """Why a reply was cancelled (the text of the ``ReplyInterrupted`` event)."""
 
@@ -42,6 +62,7 @@ class CancelReason(enum.StrEnum):
     STOPPED_BY_NO_WORDS = "stopped by no_words"  # resume_after_false_interruption off
     STOPPED_BY_BACKCHANNEL = "stopped by backchannel"
     STOPPED_BY_ECHO = "stopped by echo"
+    CLIENT = "cancelled by the client"  # a realtime client's response.cancel
 
 
 # ---------------------------------------------------------------- commands
@@ -56,6 +77,21 @@ class BeginTurn:
     start_sample: int
     #: the reply this utterance is spoken over (a possible barge-in)
     spoken_over: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BeginReply:
+    """A turn with no user speech: a reply asked for directly (it starts REPLYING)."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DropTurn:
+    """The user's turn in progress is abandoned (the client cleared its input): no
+    transcript, no reply, no record."""
+
+    turn_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +184,19 @@ class Dismiss:
     interruption: InterruptionKind | None
 
 
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """The final transcript stands but is not answered (auto replies are off): it waits
+    in the conversation for a reply the client asks for."""
+
+    turn_id: int
+    interruption: InterruptionKind | None
+
+
 Command = (
     BeginTurn
+    | BeginReply
+    | DropTurn
     | ContinueTurn
     | Speculate
     | StopSpeculating
@@ -161,5 +208,6 @@ Command = (
     | CancelReply
     | Seal
     | Answer
+    | Keep
     | Dismiss
 )

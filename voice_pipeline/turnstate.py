@@ -9,39 +9,13 @@ resume, end of turn by the semantic policy of :mod:`vad.end_of_turn`, the maximu
 turn length) and the :class:`~voice_pipeline.bargein.BargeInTracker` (pause a
 reply at once, confirm the interruption or resume).
 
-Phases of one turn (:class:`Phase`) and every transition (:data:`TRANSITIONS`)::
-
-    LISTENING ──pause──> MAYBE_FINISHED ──end──> REPLYING ──audible──> AUDIBLE ──barge──> PAUSED
-        ^  ^──resume────────┘   LISTENING ──end──┘  │  │                 │ │  ^──resume───┘ │
-        │                                           │  │                 │ │                │
-        └─────────────────continue──────────────────┘  └──cancel/finish──┴─┴───────┬────────┘
-                 (speech before the reply was audible,                              v
-                  or within the grace after it)                 INTERRUPTED ──finish──> DONE
-
-* LISTENING: the user is speaking; MAYBE_FINISHED: they paused and the end-of-turn
-  policy is deciding (the speculative ASR decode and the turn model run now).
-* REPLYING: the turn ended and its reply is being prepared -- nothing is audible
-  yet. User speech now **continues** the same turn (:class:`ContinueTurn`): the reply
-  is dropped, the vLLM request aborted, and both parts are transcribed as one
-  utterance. So does speech that starts within ``turn.continuation_grace_ms`` of
-  the reply becoming AUDIBLE: the user had not heard it yet.
-* AUDIBLE: later speech over the reply is a barge-in: a new user turn spoken over
-  it; the tracker PAUSES the reply at once, then the interruption is confirmed
-  (cancel: INTERRUPTED) or found false (a backchannel, noise or echo: AUDIBLE again).
-* DONE: the reply finished, was cancelled, failed, or there was nothing to answer.
-
-At most one turn is LISTENING or MAYBE_FINISHED (the user's); an older one may be
-AUDIBLE or PAUSED under it (the reply spoken over) and one REPLYING.
-
-Not continued, on purpose: a turn ended by ``vad.max_turn_s`` (babble or a TV would
-otherwise hold it forever) and a push-to-talk turn (a new key press is a new turn).
+The phases of a turn, the transition table and the state of each turn are in
+:mod:`voice_pipeline.turnphases` (re-exported here).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
 from vad.endpointer import (
@@ -60,17 +34,20 @@ from voice_pipeline.bargein import (
 )
 from voice_pipeline.bargein import PauseReply as TrackerPause
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
-from voice_pipeline.errors import LocalProtocolError
 from voice_pipeline.turnevents import (
     Answer,
+    BeginReply,
     BeginTurn,
     CancelReason,
     CancelReply,
     Command,
     ContinueTurn,
+    Detection,
     Dismiss,
+    DropTurn,
     EndTurn,
     EvidenceFound,
+    Keep,
     PauseReply,
     Prefetch,
     ResumeReply,
@@ -78,82 +55,42 @@ from voice_pipeline.turnevents import (
     Speculate,
     StartReply,
     StopSpeculating,
+    TurnOptions,
+)
+from voice_pipeline.turnphases import (
+    HEARD_PHASES,
+    REPLY_PHASES,
+    TRANSITIONS,
+    Phase,
+    Step,
+    TurnState,
+    TurnStateError,
 )
 
-
-class Phase(enum.StrEnum):
-    LISTENING = "listening"
-    MAYBE_FINISHED = "maybe_finished"
-    REPLYING = "replying"
-    AUDIBLE = "audible"
-    PAUSED = "paused"
-    INTERRUPTED = "interrupted"
-    DONE = "done"
+__all__ = ["TRANSITIONS", "Phase", "Step", "TurnMachine", "TurnState", "TurnStateError", "end_of_turn_policy"]
 
 
-class Step(enum.StrEnum):
-    PAUSE = "pause"  # the user fell silent
-    RESUME = "resume"  # ... and went on before the turn ended
-    END = "end"  # the turn ended: its reply starts
-    CONTINUE = "continue"  # the user went on after the end: same turn, reply dropped
-    AUDIBLE = "audible"  # the reply's first audio went to the listener
-    BARGE = "barge"  # user speech over the reply paused it
-    RESUME_REPLY = "resume_reply"  # that speech was not an interruption after all
-    CANCEL = "cancel"  # the reply was cancelled
-    FINISH = "finish"  # nothing more happens in this turn
+def end_of_turn_policy(vad: VADConfig, turn: TurnConfig, *, uses_model: bool) -> EndOfTurnPolicy | None:
+    """The semantic end-of-turn policy the config asks for (None: ``turn.semantic`` off)."""
+    if not turn.semantic:
+        return None
+    return EndOfTurnPolicy(
+        vad.end_silence_ms,
+        turn.unsure_silence_ms,
+        turn.incomplete_silence_ms,
+        turn.complete_threshold,
+        uses_model=uses_model,
+    )
 
-
-_P, _S = Phase, Step
-#: (phase, step) -> phase: every transition a turn can take. Anything else is a bug.
-TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
-    (_P.LISTENING, _S.PAUSE): _P.MAYBE_FINISHED,
-    (_P.LISTENING, _S.END): _P.REPLYING,  # push-to-talk released, or the maximum length
-    (_P.MAYBE_FINISHED, _S.RESUME): _P.LISTENING,
-    (_P.MAYBE_FINISHED, _S.END): _P.REPLYING,
-    (_P.REPLYING, _S.CONTINUE): _P.LISTENING,
-    (_P.REPLYING, _S.AUDIBLE): _P.AUDIBLE,
-    (_P.REPLYING, _S.CANCEL): _P.INTERRUPTED,
-    (_P.REPLYING, _S.FINISH): _P.DONE,
-    (_P.AUDIBLE, _S.CONTINUE): _P.LISTENING,
-    (_P.AUDIBLE, _S.BARGE): _P.PAUSED,
-    (_P.AUDIBLE, _S.CANCEL): _P.INTERRUPTED,
-    (_P.AUDIBLE, _S.FINISH): _P.DONE,
-    (_P.PAUSED, _S.CONTINUE): _P.LISTENING,
-    (_P.PAUSED, _S.RESUME_REPLY): _P.AUDIBLE,
-    (_P.PAUSED, _S.CANCEL): _P.INTERRUPTED,
-    (_P.PAUSED, _S.FINISH): _P.DONE,
-    (_P.INTERRUPTED, _S.FINISH): _P.DONE,
-}
 
 #: is the user's speech since ``onset_ns`` (up to 1 s of it) the assistant's own voice?
 EchoProbe = Callable[[int], bool]
-
-#: phases with a reply in progress
-REPLY_PHASES = frozenset({Phase.REPLYING, Phase.AUDIBLE, Phase.PAUSED})
-#: phases in which the listener hears the reply (a paused one counts: it may resume)
-HEARD_PHASES = frozenset({Phase.AUDIBLE, Phase.PAUSED})
-
 
 _STOPPED_BY = {
     InterruptionKind.NO_WORDS: CancelReason.STOPPED_BY_NO_WORDS,
     InterruptionKind.BACKCHANNEL: CancelReason.STOPPED_BY_BACKCHANNEL,
     InterruptionKind.ECHO: CancelReason.STOPPED_BY_ECHO,
 }
-
-
-class TurnStateError(LocalProtocolError):
-    """A transition not in :data:`TRANSITIONS` was attempted: a bug, not bad input."""
-
-
-@dataclass(slots=True)
-class _Turn:
-    turn_id: int
-    phase: Phase = Phase.LISTENING
-    spoken_over: int | None = None
-    ended_by: Rule | None = None
-    audible_ns: int | None = None
-    ptt: bool = False
-    sealed: bool = False
 
 
 class TurnMachine:
@@ -170,6 +107,7 @@ class TurnMachine:
         time_of: Callable[[int], int],
         policy: EndOfTurnPolicy | None,
         prefetch: bool,
+        options: TurnOptions | None = None,
     ) -> None:
         """``time_of(sample)``: the monotonic time of an input sample; ``policy``: the
         semantic end-of-turn policy (None = silence alone); ``prefetch``: start the LLM
@@ -178,15 +116,19 @@ class TurnMachine:
         self._cfg = turn
         self._barge_in = barge_in
         self._rate = sample_rate_hz
+        self._frame_ms = frame_samples * 1000 / sample_rate_hz
         self._time_of = time_of
         self._prefetch = prefetch
+        self._options = options or TurnOptions()
         self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
-        self.tracker = BargeInTracker(barge_in, frame_samples * 1000 / sample_rate_hz)
-        self._turns: dict[int, _Turn] = {}
+        self.tracker = BargeInTracker(barge_in, self._frame_ms)
+        self._turns: dict[int, TurnState] = {}
         self._next_id = 1
         self.user: int | None = None  # the turn the user is speaking (LISTENING, MAYBE_FINISHED)
         self._ptt_since_ns: int | None = None  # push-to-talk held since
-        self._ptt_expired = False
+        self._manual_since_ns: int | None = None  # the manual turn in progress began
+        self._held_expired = False  # the push-to-talk or manual turn reached max_turn_s
+        self._input_from = 0  # a manual turn starts no earlier than the last commit or clear
 
     # ------------------------------------------------------------ queries
 
@@ -209,15 +151,21 @@ class TurnMachine:
         """Turns not DONE, oldest first."""
         return list(self._turns)
 
+    @property
+    def options(self) -> TurnOptions:
+        return self._options
+
     # ------------------------------------------------------------ inputs
 
     def frame(self, p: float, *, frame_start_ns: int, now_ns: int, is_echo: EchoProbe) -> list[Command]:
         """One VAD frame (``p`` with the per-frame echo already removed)."""
         cmds: list[Command] = []
+        if self._options.detection is Detection.MANUAL:
+            return self._manual_frame(now_ns)
         self._barge_in_frame(p, frame_start_ns, is_echo, cmds)
         steps = self.endpointer.update(p)
         if self._ptt_since_ns is not None:
-            self._ptt_max_turn(now_ns, cmds)
+            self._held_max_turn(self._ptt_since_ns, now_ns, cmds)
         else:  # push-to-talk decides the turn's start and end
             for step in steps:
                 self._endpoint(step, cmds)
@@ -233,7 +181,8 @@ class TurnMachine:
             return cmds
         if self._ptt_since_ns is not None:
             return cmds
-        if cue is not None and cue is not Cue.INCOMPLETE and self._prefetch and t.spoken_over is None:
+        prefetch = self._prefetch and self._options.auto_reply and t.spoken_over is None
+        if cue is not None and cue is not Cue.INCOMPLETE and prefetch:  # not with no reply to come
             cmds.append(Prefetch(turn_id))
         steps = self.endpointer.evidence(
             found.speech_end_sample, cue=cue, p_complete=found.p_complete, no_sound=found.no_sound
@@ -250,13 +199,13 @@ class TurnMachine:
             return []
         over = self._turns.get(t.spoken_over) if t.spoken_over is not None else None
         if t.spoken_over is None:
-            return [Answer(turn_id, None) if text else Dismiss(turn_id, None)]
+            return [self._verdict(turn_id, None) if text else Dismiss(turn_id, None)]
         if over is None or over.phase not in HEARD_PHASES:  # confirmed already, or over
             kind = InterruptionKind.WORDS if text else InterruptionKind.NO_WORDS
-            return [Answer(turn_id, kind) if text else Dismiss(turn_id, kind)]
+            return [self._verdict(turn_id, kind) if text else Dismiss(turn_id, kind)]
         kind = classify_interruption(text, self._barge_in.backchannels, said)
         if kind is InterruptionKind.WORDS:
-            return [*self._confirm(over, CancelReason.WORDS), Answer(turn_id, kind)]
+            return [*self._confirm(over, CancelReason.WORDS), self._verdict(turn_id, kind)]
         return [*self._false_interruption(over, kind), Dismiss(turn_id, kind)]
 
     def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
@@ -291,7 +240,7 @@ class TurnMachine:
         cmds = self.interrupt(now_ns)
         self.endpointer.abandon()
         self._ptt_since_ns = now_ns
-        self._ptt_expired = False
+        self._held_expired = False
         if self.user is None:
             pre = self._vad.pre_roll_ms * self._rate // 1000
             cmds.extend(self._begin(position, max(0, position - pre), spoken_over=None))
@@ -313,9 +262,71 @@ class TurnMachine:
             return []
         return self._end(EndOfTurn(position, position, Rule.PUSH_TO_TALK))
 
+    def commit(self, position: int) -> list[Command]:
+        """The client committed its input at sample ``position``: the user's turn in
+        progress ends now (manual detection: the audio since the last commit or clear;
+        with the VAD: the speech so far)."""
+        self._input_from = position
+        if self.user is None or self._ptt_since_ns is not None:
+            return []
+        speech_end = position
+        if self._options.detection is Detection.VAD:
+            speech_end = self.endpointer.speech_end_sample or position
+            self.endpointer.abandon()
+        return self._end(EndOfTurn(speech_end, position, Rule.COMMIT))
+
+    def drop(self, position: int) -> list[Command]:
+        """The client cleared its input at sample ``position``: the user's turn in progress
+        is abandoned (its audio is neither transcribed nor answered)."""
+        self._input_from = position
+        if self.user is None or self._ptt_since_ns is not None:
+            return []
+        t = self._turns[self.user]
+        self._move(t, Step.DROP)
+        del self._turns[t.turn_id]
+        self.user = None
+        self.endpointer.abandon()
+        return [DropTurn(t.turn_id)]
+
+    def respond(self) -> list[Command]:
+        """A reply asked for with no user speech (a realtime ``response.create``): its turn
+        starts REPLYING, sealed (nothing continues it); speech over it is a barge-in."""
+        t = TurnState(self._next_id, phase=Phase.REPLYING, sealed=True)
+        self._next_id += 1
+        self._turns[t.turn_id] = t
+        return [BeginReply(t.turn_id), StartReply(t.turn_id)]
+
+    def cancel(self, turn_id: int) -> list[Command]:
+        """The client cancelled this turn's reply (a realtime ``response.cancel``)."""
+        t = self._turns.get(turn_id)
+        if t is None or t.phase not in REPLY_PHASES:
+            return []
+        if t.phase in HEARD_PHASES:
+            self.tracker.resolved()
+        return self._cancel(t, CancelReason.CLIENT)
+
+    def configure(
+        self,
+        vad: VADConfig,
+        barge_in: BargeInConfig,
+        policy: EndOfTurnPolicy | None,
+        options: TurnOptions,
+        *,
+        position: int,
+    ) -> list[Command]:
+        """New settings for the frames and turns to come (a realtime ``session.update``).
+        Changing who detects turns drops the user's turn in progress: its audio was never
+        committed (``position``: the input's position now)."""
+        cmds = self.drop(position) if options.detection is not self._options.detection else []
+        if barge_in != self._barge_in:
+            self.tracker = BargeInTracker(barge_in, self._frame_ms)
+        self._vad, self._barge_in, self._options = vad, barge_in, options
+        self.endpointer.reconfigure(vad, policy)
+        return cmds
+
     # ------------------------------------------------------------ internals
 
-    def _move(self, t: _Turn, step: Step) -> None:
+    def _move(self, t: TurnState, step: Step) -> None:
         nxt = TRANSITIONS.get((t.phase, step))
         if nxt is None:
             raise TurnStateError(f"turn {t.turn_id}: no transition {step} from {t.phase}")
@@ -369,7 +380,7 @@ class TurnMachine:
         cmds: list[Command] = [Seal(t.turn_id) for t in self._turns.values() if not t.sealed]
         for t in self._turns.values():
             t.sealed = True
-        t = _Turn(self._next_id, spoken_over=spoken_over)
+        t = TurnState(self._next_id, spoken_over=spoken_over)
         self._next_id += 1
         self._turns[t.turn_id] = t
         self.user = t.turn_id
@@ -388,16 +399,16 @@ class TurnMachine:
                 if old is not t and old.phase in REPLY_PHASES:
                     cmds.extend(self._cancel(old, CancelReason.SUPERSEDED))
         cmds.append(StartReply(t.turn_id))
-        if end.rule is Rule.MAX_TURN or t.ptt:
+        if end.rule in (Rule.MAX_TURN, Rule.COMMIT) or t.ptt:
             t.sealed = True
             cmds.append(Seal(t.turn_id))
         return cmds
 
-    def _latest_reply(self) -> _Turn | None:
+    def _latest_reply(self) -> TurnState | None:
         replies = [t for t in self._turns.values() if t.phase in REPLY_PHASES]
         return replies[-1] if replies else None
 
-    def _can_continue(self, t: _Turn, onset_ns: int) -> bool:
+    def _can_continue(self, t: TurnState, onset_ns: int) -> bool:
         if not self._cfg.continuation or t.sealed or t.ptt or t.ended_by is Rule.MAX_TURN:
             return False
         if t.phase is Phase.REPLYING:
@@ -405,7 +416,7 @@ class TurnMachine:
         grace_ns = self._cfg.continuation_grace_ms * 1_000_000
         return t.audible_ns is not None and onset_ns - t.audible_ns <= grace_ns
 
-    def _continue(self, t: _Turn, onset: int) -> list[Command]:
+    def _continue(self, t: TurnState, onset: int) -> list[Command]:
         if t.phase in HEARD_PHASES:
             self.tracker.resolved()  # its pause (if any) was this same speech
         self._move(t, Step.CONTINUE)
@@ -427,33 +438,48 @@ class TurnMachine:
             t.sealed = True
             cmds.append(Seal(t.turn_id))
 
-    def _ptt_max_turn(self, now_ns: int, cmds: list[Command]) -> None:
-        since = self._ptt_since_ns
+    def _manual_frame(self, now_ns: int) -> list[Command]:
+        """Manual detection: the frame is only counted; with no turn open one starts."""
+        cmds: list[Command] = []
+        start = self.endpointer.position
+        self.endpointer.update(0.0)
+        if self.user is None:
+            start = max(start, self._input_from)
+            cmds.extend(self._begin(start, start, spoken_over=None))
+            self._manual_since_ns, self._held_expired = self._time_of(start), False
+        self._held_max_turn(self._manual_since_ns, now_ns, cmds)
+        return cmds
+
+    def _verdict(self, turn_id: int, kind: InterruptionKind | None) -> Answer | Keep:
+        return Answer(turn_id, kind) if self._options.auto_reply else Keep(turn_id, kind)
+
+    def _held_max_turn(self, since: int | None, now_ns: int, cmds: list[Command]) -> None:
+        """A push-to-talk or manual turn longer than ``vad.max_turn_s`` ends anyway."""
         limit_ns = round(self._vad.max_turn_s * 1e9)
-        if since is None or self.user is None or self._ptt_expired or limit_ns <= 0:
+        if since is None or self.user is None or self._held_expired or limit_ns <= 0:
             return
         if now_ns - since >= limit_ns:
-            self._ptt_expired = True
+            self._held_expired = True
             pos = self.endpointer.position
             cmds.extend(self._end(EndOfTurn(pos, pos, Rule.MAX_TURN)))
 
-    def _pause(self, t: _Turn, onset_ns: int) -> list[Command]:
+    def _pause(self, t: TurnState, onset_ns: int) -> list[Command]:
         if t.phase is not Phase.AUDIBLE:
             return []
         self._move(t, Step.BARGE)
         return [PauseReply(t.turn_id, onset_ns)]
 
-    def _confirm(self, t: _Turn, reason: CancelReason) -> list[Command]:
+    def _confirm(self, t: TurnState, reason: CancelReason) -> list[Command]:
         self.tracker.resolved()
         return self._cancel(t, reason, barge_in=True)
 
-    def _cancel(self, t: _Turn, reason: CancelReason, *, barge_in: bool = False) -> list[Command]:
+    def _cancel(self, t: TurnState, reason: CancelReason, *, barge_in: bool = False) -> list[Command]:
         if t.phase not in REPLY_PHASES:
             return []
         self._move(t, Step.CANCEL)
         return [CancelReply(t.turn_id, reason, barge_in)]
 
-    def _false_interruption(self, t: _Turn, kind: InterruptionKind) -> list[Command]:
+    def _false_interruption(self, t: TurnState, kind: InterruptionKind) -> list[Command]:
         self.tracker.resolved()
         if t.phase is not Phase.PAUSED:
             return []  # never stopped: not an interruption at all

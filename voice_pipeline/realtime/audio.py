@@ -96,7 +96,8 @@ class InputDecoder:
     def ms_in(self) -> float:
         return self.samples_in * 1000 / self.format.rate_hz
 
-    def decode(self, data: bytes) -> Float32:
+    def decode(self, data: bytes, *, last: bool = False) -> Float32:
+        """``last``: the end of the stream (what the resampler holds back comes out too)."""
         if self._odd:
             data = self._odd + data
             self._odd = b""
@@ -105,8 +106,8 @@ class InputDecoder:
         pcm = decode(self.format, data)
         self.samples_in += len(pcm)
         samples = to_float32(pcm)
-        if self._resampler is not None and len(samples):
-            samples = np.asarray(self._resampler.resample_chunk(samples), dtype=np.float32)
+        if self._resampler is not None and (len(samples) or last):
+            samples = np.asarray(self._resampler.resample_chunk(samples, last=last), dtype=np.float32)
         return samples
 
 

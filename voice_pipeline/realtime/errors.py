@@ -58,6 +58,11 @@ class ErrorCode(enum.StrEnum):
     INPUT_BUFFER_EMPTY = "input_audio_buffer_commit_empty"
     NO_ACTIVE_RESPONSE = "response_cancel_not_active"
     RESPONSE_ALREADY_ACTIVE = "conversation_already_has_active_response"
+    # this server's own failures (type server_error): a stage failed, or a bug
+    SERVER_ERROR = "server_error"
+    #: the connection is refused (then closed): the session limit, the origin, a shutdown
+    SESSION_LIMIT = "session_limit_reached"
+    REFUSED = "connection_refused"
 
 
 #: codes that say the event does not have the protocol's shape (field names, types, nesting)

@@ -62,15 +62,20 @@ class InputSequencer:
             self.pending_item_id = self._conversation.new_id()
         return [SpeechStopped(audio_end_ms, self.pending_item_id)]
 
-    def commit(self, *, manual: bool = False) -> list[ServerEvent]:
-        """The buffer becomes a user audio item (transcript to come). ``manual``: the client's
-        ``input_audio_buffer.commit``, refused if the buffer holds under 100 ms."""
-        if manual and self.buffered_ms < MIN_COMMIT_MS:
+    def check_commit(self) -> None:
+        """Raise ``input_audio_buffer_commit_empty`` if the buffer holds under 100 ms."""
+        if self.buffered_ms < MIN_COMMIT_MS:
             raise refuse(
                 ErrorCode.INPUT_BUFFER_EMPTY,
                 f"buffer too small: at least {MIN_COMMIT_MS:.0f} ms of audio is needed, "
                 f"the buffer has {self.buffered_ms:.2f} ms",
             )
+
+    def commit(self, *, manual: bool = False) -> list[ServerEvent]:
+        """The buffer becomes a user audio item (transcript to come). ``manual``: the client's
+        ``input_audio_buffer.commit``, refused if the buffer holds under 100 ms."""
+        if manual:
+            self.check_commit()
         item_id = self.pending_item_id or self._conversation.new_id()
         self.pending_item_id = None
         self.buffered_ms = 0.0

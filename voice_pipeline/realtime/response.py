@@ -11,7 +11,7 @@ server events to send for each step::
     first text or audio  response.output_item.added, conversation.item.added*,
                          response.content_part.added
     text(d)              response.output_text.delta
-    audio(b, n, t)       response.output_audio_transcript.delta (when a clause starts),
+    audio(b, n, t)       response.output_audio_transcript.delta (when a clause of words starts),
                          response.output_audio.delta
     function_call(name)  (closes the message) response.output_item.added, conversation.item.added*
     arguments(d)         response.function_call_arguments.delta
@@ -173,6 +173,16 @@ class ResponseSequencer:
         return self._phase is _Phase.DONE
 
     @property
+    def open_item_id(self) -> str | None:
+        """The output item being generated (None between items and once done)."""
+        return None if self._open is None else self._open.item.id
+
+    @property
+    def output(self) -> tuple[Item, ...]:
+        """The response's output items done so far."""
+        return tuple(self._output)
+
+    @property
     def item_ids(self) -> tuple[str, ...]:
         """Ids of the response's output items so far (the open one last)."""
         open_id = () if self._open is None else (self._open.item.id,)
@@ -247,14 +257,15 @@ class ResponseSequencer:
         events.append(TextDelta(self.response_id, current.item.id, current.output_index, 0, delta))
         return events
 
-    def audio(self, data: bytes, samples: int, transcript: str = "") -> list[ServerEvent]:
-        """Reply audio (wire bytes, ``samples`` of them at the output rate); a ``transcript``
-        starts a new clause: the text spoken from this audio on."""
+    def audio(self, data: bytes, samples: int, transcript: str | None = None) -> list[ServerEvent]:
+        """Reply audio (wire bytes, and the ``samples`` of the output rate they add to the
+        item's audio); a ``transcript`` starts a new clause: the text spoken from this audio
+        on (``""``: audio without words, a fixed phrase)."""
         current, events = self._message(Modality.AUDIO)
         assert current.clauses is not None
         rid, iid, index = self.response_id, current.item.id, current.output_index
-        if transcript or not current.clauses:
-            current.clauses.append(SpokenClause(transcript, 0))
+        if transcript is not None or not current.clauses:
+            current.clauses.append(SpokenClause(transcript or "", 0))
         if transcript:
             delta = transcript if not current.text else " " + transcript
             current.text += delta
@@ -264,6 +275,16 @@ class ResponseSequencer:
         if data:
             events.append(AudioDelta(rid, iid, index, 0, data))
         return events
+
+    def late_audio(self, data: bytes) -> list[ServerEvent]:
+        """More audio of the response's last audio message after the response is done (its
+        reply resumed after a false interruption while playing): further deltas of that item."""
+        self._need(_Phase.DONE, "late audio")
+        for index in range(len(self._output) - 1, -1, -1):
+            item = self._output[index]
+            if isinstance(item, Message) and any(isinstance(p, OutputAudio) for p in item.content):
+                return [AudioDelta(self.response_id, item.id, index, 0, data)] if data else []
+        return []
 
     def function_call(self, name: str, call_id: str | None = None) -> list[ServerEvent]:
         """The model calls ``name``; its arguments follow with :meth:`arguments`."""

@@ -52,6 +52,8 @@ class StatusReason(enum.StrEnum):
 class Usage:
     input_tokens: int
     output_tokens: int
+    #: of the input tokens, those served from the LLM's prefix cache
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +411,11 @@ def response_json(r: ResponseInfo) -> Json:
             "total_tokens": u.input_tokens + u.output_tokens,
             "input_tokens": u.input_tokens,
             "output_tokens": u.output_tokens,
-            "input_token_details": {"text_tokens": u.input_tokens, "audio_tokens": 0, "cached_tokens": 0},
+            "input_token_details": {
+                "text_tokens": u.input_tokens,
+                "audio_tokens": 0,
+                "cached_tokens": u.cached_tokens,
+            },
             "output_token_details": {"text_tokens": u.output_tokens, "audio_tokens": 0},
         }
     return {

@@ -8,10 +8,12 @@ whole effective config. ``session.update`` is read and merged by
 :mod:`voice_pipeline.realtime.session_update`.
 
 Mapping onto the pipeline: ``server_vad`` -> :func:`vad_config` (the VAD's
-threshold, pre-roll and end-of-turn silence); ``semantic_vad`` ->
-:func:`eagerness_max_wait_ms` (the semantic end-of-turn policy's longest wait);
-``turn_detection: null`` -> manual commits (the client commits the input audio
-and asks for responses).
+threshold, pre-roll and end-of-turn silence; silence alone ends a turn, as on
+OpenAI's server); ``semantic_vad`` -> this server's semantic end-of-turn policy
+with :func:`eagerness_max_wait_ms` as its longest wait (a new session announces
+``semantic_vad`` / ``auto`` when the server runs that policy: then it behaves as
+``/ws`` does); ``turn_detection: null`` -> manual commits (the client commits the
+input audio and asks for responses).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import PurePath
 from typing import Final
 
-from voice_pipeline.config import Config, VADConfig
+from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
 from voice_pipeline.realtime.audio import AudioFormat, format_json
 from voice_pipeline.realtime.tools import (
     FunctionTool,
@@ -31,6 +33,8 @@ from voice_pipeline.realtime.tools import (
     tool_json,
 )
 from voice_pipeline.realtime.wire import Json
+from voice_pipeline.steering import ReplyOptions
+from voice_pipeline.turnevents import Detection, TurnOptions
 
 
 class Modality(enum.StrEnum):
@@ -88,6 +92,9 @@ class ServerProfile:
     vad: VADConfig
     #: barge-in on: user speech cancels a response (server_vad's interrupt_response default)
     interrupt_response: bool = True
+    #: the server ends turns by its semantic end-of-turn policy (``turn.semantic``): a new
+    #: session announces ``semantic_vad`` with eagerness ``auto`` (= as this server is set up)
+    semantic: bool = False
 
     def server_vad(self) -> ServerVad:
         return ServerVad(
@@ -143,6 +150,7 @@ def profile_from_config(cfg: Config, *, model: str, voice: str, tools_supported:
         tools_supported=tools_supported,
         vad=cfg.vad,
         interrupt_response=cfg.barge_in.enabled,
+        semantic=cfg.turn.semantic,
     )
 
 
@@ -153,7 +161,11 @@ def initial_config(profile: ServerProfile) -> RealtimeSessionConfig:
         output_modality=Modality.AUDIO,
         input_format=AudioFormat.PCM,
         output_format=AudioFormat.PCM,
-        turn_detection=profile.server_vad(),
+        turn_detection=(
+            SemanticVad(Eagerness.AUTO, True, profile.interrupt_response)
+            if profile.semantic
+            else profile.server_vad()
+        ),
         transcription=Transcription(profile.transcription_model, profile.language),
         voice=profile.voice,
         max_output_tokens=None,
@@ -239,3 +251,38 @@ def session_json(cfg: RealtimeSessionConfig, session_id: str) -> Json:
         "truncation": "auto",
         "prompt": None,
     }
+
+
+# ---------------------------------------------------------------- steering the session
+
+
+@dataclass(frozen=True, slots=True)
+class Steering:
+    """What a realtime config asks of the session (``Session.configure``'s arguments)."""
+
+    vad: VADConfig
+    turn: TurnConfig
+    barge_in: BargeInConfig
+    options: TurnOptions
+    reply: ReplyOptions
+
+
+def steering(cfg: RealtimeSessionConfig, base: Config) -> Steering:
+    """``server_vad``: the VAD's settings, silence alone ends a turn; ``semantic_vad``: this
+    server's end-of-turn policy, eagerness its longest wait; ``None``: manual turns, never
+    answered by themselves. ``interrupt_response`` turns barge-in off (never on if the
+    server has it off); ``create_response`` the automatic replies."""
+    reply = ReplyOptions(speak=cfg.output_modality is Modality.AUDIO, max_tokens=cfg.max_output_tokens)
+    td = cfg.turn_detection
+    if td is None:
+        return Steering(base.vad, base.turn, base.barge_in, TurnOptions(Detection.MANUAL, False), reply)
+    barge_in = replace(base.barge_in, enabled=base.barge_in.enabled and td.interrupt_response)
+    options = TurnOptions(Detection.VAD, td.create_response)
+    if isinstance(td, ServerVad):
+        return Steering(
+            vad_config(base.vad, td), replace(base.turn, semantic=False), barge_in, options, reply
+        )
+    assert isinstance(td, SemanticVad)
+    longest = eagerness_max_wait_ms(td.eagerness, auto_ms=base.turn.incomplete_silence_ms)
+    turn = replace(base.turn, semantic=True, incomplete_silence_ms=max(longest, base.turn.unsure_silence_ms))
+    return Steering(base.vad, turn, barge_in, options, reply)

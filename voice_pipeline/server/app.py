@@ -1,18 +1,22 @@
 """The server of ``voice-pipeline serve``: one port, plain HTTP and the voice WebSocket.
 
-Routes: ``/ws`` (the voice session, docs/protocol.md), ``/healthz`` (JSON),
+Routes: ``/ws`` (the voice session, docs/protocol.md), ``/v1/realtime`` (the
+OpenAI Realtime API, docs/realtime.md), ``/twilio``, ``/healthz`` (JSON),
 ``/metrics`` (Prometheus text), anything else a file of the static folder (the
 demo page). The engines are loaded once by the caller and shared; every
-connection gets its own :class:`~voice_pipeline.server.connection.VoiceConnection`
-and session. Admission, in order: at the HTTP handshake, the client address
-(:mod:`.ratelimit`) must not have opened ``max_new_sessions_per_ip_per_min``
-sessions in the last minute (else HTTP 429) and, on ``/ws`` with
-``auth_token`` set, the token must match (else HTTP 401); then the Origin must
-be allowed (else close 1008), the server must not be stopping (1001), and fewer
-than ``max_sessions`` may be connected (else 1013) -- counted over every edge
-that shares :attr:`VoiceServer.limit` (``serve`` gives it to its AudioSocket
-server too); those already connected are never affected. With
-``certfile``/``keyfile`` it serves https/wss.
+connection gets its own connection object
+(:class:`~voice_pipeline.server.connection.VoiceConnection`,
+:class:`~voice_pipeline.realtime.connection.RealtimeConnection`, ...) and session.
+Admission, in order: at the HTTP handshake, the client address (:mod:`.ratelimit`)
+must not have opened ``max_new_sessions_per_ip_per_min`` sessions in the last
+minute (else HTTP 429) and, on ``/ws`` and ``/v1/realtime`` with ``auth_token``
+set, the token must match (else HTTP 401); then the Origin must be allowed (else
+close 1008), the server must not be stopping (1001), and fewer than
+``max_sessions`` may be connected, whatever the route (else 1013; a realtime
+client gets an ``error`` event first) -- counted over every edge that shares
+:attr:`VoiceServer.limit` (``serve`` gives it to its AudioSocket server too);
+those already connected are never affected. With ``certfile``/``keyfile`` it
+serves https/wss.
 
 websockets' own DEBUG logging is never enabled on this server: it would write
 request headers and URLs (the token) and frame contents (audio) to the log.
@@ -42,6 +46,14 @@ from voice_pipeline.edge import SessionLimit
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ConfigError
 from voice_pipeline.machine import choose, this_cpu
+from voice_pipeline.realtime.connection import (
+    MESSAGE_LIMIT_FACTOR,
+    RealtimeConnection,
+    refusal,
+    server_profile,
+)
+from voice_pipeline.realtime.errors import ErrorCode
+from voice_pipeline.realtime.session_config import ServerProfile
 from voice_pipeline.server.connection import VoiceConnection
 from voice_pipeline.server.metrics import CONTENT_TYPE, ServerMetrics
 from voice_pipeline.server.protocol import PROTOCOL_VERSION
@@ -63,6 +75,9 @@ log = logging.getLogger(__name__)
 
 WS_PATH = "/ws"
 TWILIO_PATH = "/twilio"  # Twilio Media Streams (voice_pipeline.telephony)
+REALTIME_PATH = "/v1/realtime"  # the OpenAI Realtime API (voice_pipeline.realtime)
+#: the name each route's sessions are counted under in /metrics
+ENDPOINTS = {WS_PATH: "ws", TWILIO_PATH: "twilio", REALTIME_PATH: "realtime"}
 SHUTDOWN_REASON = "server shutting down"
 #: seconds the closing handshake may take before the TCP connection is dropped
 CLOSE_TIMEOUT_S = 2.0
@@ -117,7 +132,15 @@ class _WireLogger(logging.LoggerAdapter[logging.Logger]):
 
 
 class VoiceServer:
-    def __init__(self, engines: Engines, cfg: Config, *, clock: Callable[[], int] = now_ns) -> None:
+    def __init__(
+        self,
+        engines: Engines,
+        cfg: Config,
+        *,
+        clock: Callable[[], int] = now_ns,
+        realtime: ServerProfile | None = None,
+    ) -> None:
+        """``realtime``: what ``/v1/realtime`` announces (default: read from ``cfg``)."""
         self._engines = engines
         self._cfg = cfg
         self._scfg = cfg.server
@@ -126,7 +149,8 @@ class VoiceServer:
         #: ``max_sessions`` over every edge of this server (AudioSocket's calls too), and its metrics
         self.limit = SessionLimit(self._scfg.max_sessions, self.metrics)
         self.static_dir = Path(self._scfg.static_dir) if self._scfg.static_dir else default_static_dir()
-        self.connections: set[VoiceConnection | TwilioConnection] = set()
+        self.connections: set[VoiceConnection | TwilioConnection | RealtimeConnection] = set()
+        self.realtime_profile = realtime or server_profile(cfg)
         self._server: Server | None = None
         self._started_ns = clock()
         self._stopping = False
@@ -142,6 +166,12 @@ class VoiceServer:
             self.machine["llm_dtype"] = running.get("dtype", self.machine["llm_dtype"])
             self.machine["llm_threads"] = running.get("threads", self.machine["llm_threads"])
             self.machine["kv_block_tokens"] = running.get("kv_block_tokens", self.machine["kv_block_tokens"])
+
+    @property
+    def max_realtime_message_bytes(self) -> int:
+        """websockets' limit on ``/v1/realtime`` (raised at its handshake); events between
+        ``max_realtime_event_bytes`` and this get an ``event_too_large`` error instead."""
+        return MESSAGE_LIMIT_FACTOR * self._scfg.max_realtime_event_bytes
 
     @property
     def max_message_bytes(self) -> int:
@@ -209,7 +239,7 @@ class VoiceServer:
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = request_path(request.path)
-        if path in (WS_PATH, TWILIO_PATH):
+        if path in ENDPOINTS:
             return self._admit(connection, request, path)  # the rest of admission is in _handle
         if path == "/healthz":
             return json_response(503 if self._stopping else 200, self.health())
@@ -227,36 +257,53 @@ class VoiceServer:
             self.metrics.session_refused("rate")
             log.warning("refused a new session from %s: rate limited", client)
             return rate_limited_response(admission.retry_after_s)
-        if path == WS_PATH:
+        if path in (WS_PATH, REALTIME_PATH):
             given = request_token(request.headers.get("Authorization"), request.path)
             if not token_ok(given, self._scfg.auth_token):
                 self.metrics.session_refused("auth")
                 log.warning("refused a session from %s: %s token", client, "no" if given is None else "bad")
                 return unauthorized_response()
+        if path == REALTIME_PATH:  # base64 audio events: a larger limit than /ws frames
+            connection.protocol.max_message_size = self.max_realtime_message_bytes
         return None
 
     # ------------------------------------------------------------ voice sessions
 
+    async def _refuse(self, ws: ServerConnection, realtime: bool, code: int, reason: str) -> None:
+        if realtime:  # the protocol's error event first: the SDKs surface it, a close code less so
+            kind = ErrorCode.SESSION_LIMIT if code == 1013 else ErrorCode.REFUSED
+            await ws.send(refusal(kind, reason))
+        await ws.close(code, reason)
+
     async def _handle(self, ws: ServerConnection) -> None:
         assert ws.request is not None
         headers = ws.request.headers
+        path = request_path(ws.request.path)
+        realtime = path == REALTIME_PATH
         origin = headers.get("Origin")
         if not origin_allowed(origin, headers.get("Host"), self._scfg.allowed_origins, self._loopback_only):
             self.metrics.session_refused("origin")
             log.warning("refused a connection from origin %r", origin)
-            await ws.close(1008, "origin not allowed")
+            await self._refuse(ws, realtime, 1008, "origin not allowed")
             return
         if self._stopping:
-            await ws.close(1001, SHUTDOWN_REASON)
+            await self._refuse(ws, realtime, 1001, SHUTDOWN_REASON)
             return
         if not self.limit.acquire():
-            await ws.close(1013, f"session limit reached ({self._scfg.max_sessions}); try again later")
+            limit = f"session limit reached ({self._scfg.max_sessions}); try again later"
+            await self._refuse(ws, realtime, 1013, limit)
             return
         try:
-            phone = request_path(ws.request.path) == TWILIO_PATH
-            conn = (TwilioConnection if phone else VoiceConnection)(
-                ws, self._engines, self._cfg, self.metrics, clock=self._clock
-            )
+            conn: VoiceConnection | TwilioConnection | RealtimeConnection
+            if realtime:
+                conn = RealtimeConnection(
+                    ws, self._engines, self._cfg, self.metrics, self.realtime_profile, clock=self._clock
+                )
+            else:
+                conn = (TwilioConnection if path == TWILIO_PATH else VoiceConnection)(
+                    ws, self._engines, self._cfg, self.metrics, clock=self._clock
+                )
+            self.metrics.endpoint_opened(ENDPOINTS[path])
             self.connections.add(conn)
             try:
                 await conn.run()

@@ -177,6 +177,8 @@ class ServerMetrics:
     sessions_active: int = 0
     sessions_total: int = 0
     sessions_refused: dict[str, int] = field(default_factory=dict)
+    #: sessions opened per route ("ws", "realtime", "twilio")
+    sessions_by_endpoint: dict[str, int] = field(default_factory=dict)
     turns: int = 0
     barge_ins: int = 0
     false_interruptions: int = 0
@@ -196,6 +198,10 @@ class ServerMetrics:
     def session_opened(self) -> None:
         self.sessions_active += 1
         self.sessions_total += 1
+
+    def endpoint_opened(self, endpoint: str) -> None:
+        """A session opened on this route ("ws", "realtime", "twilio")."""
+        self.sessions_by_endpoint[endpoint] = self.sessions_by_endpoint.get(endpoint, 0) + 1
 
     def session_closed(self) -> None:
         self.sessions_active -= 1
@@ -237,6 +243,12 @@ class ServerMetrics:
 
         metric("sessions_active", "gauge", "Voice sessions connected now.", [("", self.sessions_active)])
         metric("sessions_total", "counter", "Voice sessions opened.", [("", self.sessions_total)])
+        metric(
+            "endpoint_sessions_total",
+            "counter",
+            "Voice sessions opened, by route (ws, realtime, twilio).",
+            [(f'{{endpoint="{_label(e)}"}}', n) for e, n in sorted(self.sessions_by_endpoint.items())],
+        )
         metric(
             "sessions_refused_total",
             "counter",

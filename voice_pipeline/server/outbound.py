@@ -3,7 +3,8 @@
 Everything the server sends goes through here, in order: session events and
 errors (:meth:`Outbound.send_text`, never blocks) and reply audio
 (:meth:`Outbound.put_audio`: a JSON ``assistant.audio`` header, then its binary
-frame). The queue is bounded, so a client that stops reading cannot grow the
+frame; on ``/v1/realtime`` one text frame, a ``response.output_audio.delta``). The
+queue is bounded, so a client that stops reading cannot grow the
 server's memory:
 
 * audio: at most ``max_audio_samples`` queued; :meth:`wait_audio_room` makes the
@@ -50,6 +51,8 @@ def bound_send_buffer(transport: asyncio.BaseTransport) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+
+
 OVERFLOW_REASON = "client not reading: outbound queue full"
 
 
@@ -69,8 +72,8 @@ class _Text:
 @dataclass(frozen=True, slots=True)
 class _Audio:
     turn_id: int
-    header: str
-    pcm: bytes
+    header: str | None  # sent first (None: the payload is the whole message)
+    pcm: bytes | str
     samples: int
 
 
@@ -139,12 +142,15 @@ class Outbound:
         while not self.closed and self.audio_queued >= self.max_audio_samples:
             await self.changed()
 
-    def put_audio(self, turn_id: int, header: str, pcm: bytes, samples: int) -> None:
+    def put_audio(self, turn_id: int, header: str | None, pcm: bytes | str, samples: int) -> None:
+        """Queue ``samples`` of reply audio: ``header`` (if any), then ``pcm`` (a binary frame,
+        or a text frame that carries the audio itself)."""
         if self.closed:
             return
-        self._queue.append(_Audio(turn_id, header, pcm, samples))
+        item = _Audio(turn_id, header, pcm, samples)
+        self._queue.append(item)
         self._audio[turn_id] = self._audio.get(turn_id, 0) + samples
-        self._bytes += len(header) + len(pcm)
+        self._bytes += _size(item)
         self._wake.set()
 
     def drop_audio(self, turn_id: int) -> int:
@@ -198,7 +204,8 @@ class Outbound:
                     if not self._audio[item.turn_id]:
                         del self._audio[item.turn_id]
                     self.on_audio_sent(item.turn_id, item.samples, self._clock())
-                    await self._ws.send(item.header)
+                    if item.header is not None:
+                        await self._ws.send(item.header)
                     await self._ws.send(item.pcm)
                 self._notify()
         except ConnectionClosed:
@@ -234,4 +241,4 @@ class Outbound:
 
 
 def _size(item: _Text | _Audio) -> int:
-    return len(item.data) if isinstance(item, _Text) else len(item.header) + len(item.pcm)
+    return len(item.data) if isinstance(item, _Text) else len(item.header or "") + len(item.pcm)

@@ -1,0 +1,207 @@
+"""/v1/realtime end to end with the real models, over real sockets, the official openai SDK
+as the client (``AsyncOpenAI(websocket_base_url=ws://host:port/v1).realtime.connect()``).
+
+Speech is espeak-ng at 24 kHz, streamed at real-time pace as 20 ms
+``input_audio_buffer.append`` events; what the assistant says is checked by decoding
+its audio deltas and transcribing them back with Whisper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+from rtclient import RealtimeClient, pcm16, realtime
+from servers import running_server
+from speech import concat, espeak, normalize, silence, word_error_rate
+
+from asr.base import ASREngine
+from llm.base import ChatMessage
+from voice_pipeline.config import Config
+from voice_pipeline.engines import Engines
+from voice_pipeline.realtime.connection import RealtimeConnection
+from voice_pipeline.server.app import VoiceServer
+from voice_pipeline.telephony import mulaw
+
+pytestmark = pytest.mark.real_models
+
+RATE = 24000
+QUESTION = "What is the capital of France?"
+STORY = "Tell me a long story about a brave knight and a dragon."
+STOP = "Wait, stop. What is two plus two?"
+
+
+@pytest.fixture
+async def srv(engines: Engines, config: Config) -> AsyncIterator[VoiceServer]:
+    async with running_server(engines, config) as server:
+        yield server
+
+
+def said(rt: RealtimeClient, response_id: str, fmt: str = "pcm") -> np.ndarray:
+    """The response's audio, decoded, at 16 kHz (for Whisper)."""
+    data = b"".join(
+        base64.b64decode(e.delta)
+        for e in rt.of("response.output_audio.delta")
+        if e.response_id == response_id
+    )
+    if fmt == "pcmu":
+        audio, rate = mulaw.decode(data).astype(np.float32) / 32768, 8000
+    else:
+        audio, rate = np.frombuffer(data, "<i2").astype(np.float32) / 32768, RATE
+    return np.asarray(soxr.resample(audio, rate, 16000, quality="HQ"), dtype=np.float32)
+
+
+def transcript_of(done: Any) -> str:
+    return " ".join(
+        part.transcript or ""
+        for item in done.response.output
+        for part in (item.content or [])
+        if getattr(part, "type", "") == "output_audio"
+    )
+
+
+def session_of(srv: VoiceServer) -> RealtimeConnection:
+    (conn,) = [c for c in srv.connections if isinstance(c, RealtimeConnection)]
+    return conn
+
+
+async def test_a_spoken_question_is_transcribed_and_answered_with_speech(
+    srv: VoiceServer, whisper: ASREngine
+) -> None:
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        rt.microphone()
+        await rt.say(pcm16(concat(silence(0.3, RATE), espeak(QUESTION, RATE))))
+        heard = await rt.wait_type("conversation.item.input_audio_transcription.completed")
+        assert word_error_rate(QUESTION, heard.transcript) <= 0.2, heard.transcript
+        started, stopped = (
+            rt.of("input_audio_buffer.speech_started")[0],
+            rt.of("input_audio_buffer.speech_stopped")[0],
+        )
+        assert 0 < started.audio_start_ms < 600 < stopped.audio_end_ms < 3000
+        committed = rt.of("input_audio_buffer.committed")[0]
+        assert committed.item_id == started.item_id == heard.item_id
+        done = await rt.wait_type("response.done")
+        assert done.response.status == "completed"
+        words = transcript_of(done)
+        assert "paris" in normalize(words)
+        back = whisper.transcribe(said(rt, done.response.id)).text
+        assert word_error_rate(words, back) <= 0.35, (words, back)
+        latency = await rt.wait_type("voice_pipeline.turn.latency")
+        record = latency.record
+        assert latency.response_id == done.response.id and latency.item_id == heard.item_id
+        assert record["user_text"] == heard.transcript and record["stages_ms"]["voice_to_voice"] > 0
+
+
+async def test_typed_items_get_spoken_replies_and_text_only_gets_text(srv: VoiceServer) -> None:
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": QUESTION}]}
+        await rt.send({"type": "conversation.item.create", "item": user})
+        await rt.send({"type": "response.create", "response": {"metadata": {"client_event_id": "r1"}}})
+        created = await rt.wait_type("response.created")
+        assert created.response.metadata == {"client_event_id": "r1"}  # LiveKit matches on it
+        done = await rt.wait_type("response.done")
+        assert done.response.status == "completed" and "paris" in normalize(transcript_of(done))
+        assert rt.of("response.output_audio.delta")
+        since = len(rt.events)
+        await rt.send(
+            {"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}}
+        )
+        await rt.send({"type": "conversation.item.create", "item": {**user, "content": [
+            {"type": "input_text", "text": "And what is the capital of Italy?"}]}})  # fmt: skip
+        await rt.send({"type": "response.create"})
+        done = await rt.wait_type("response.done", since=since)
+        text = "".join(e.delta for e in rt.of("response.output_text.delta", since))
+        assert text and done.response.output[0].content[0].text == text
+        assert not rt.of("response.output_audio.delta", since) and not rt.of(
+            "response.output_audio_transcript.delta", since
+        )
+        assert "rome" in normalize(text)
+
+
+async def test_speech_over_a_reply_cancels_it_and_the_unheard_part_is_forgotten(srv: VoiceServer) -> None:
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        await rt.send({
+            "type": "session.update",
+            "session": {"type": "realtime", "instructions": "You tell long, detailed stories."},
+        })  # fmt: skip
+        rt.microphone()
+        await rt.say(pcm16(concat(silence(0.3, RATE), espeak(STORY, RATE))))
+        story = await rt.wait_type("response.created")
+        await rt.wait_type("output_audio_buffer.started")
+        await asyncio.sleep(1.5)  # it plays for a while
+        await rt.say(pcm16(espeak(STOP, RATE)))
+        cut = await rt.wait_for(lambda e: e.type == "response.done" and e.response.id == story.response.id)
+        assert cut.response.status == "cancelled" and cut.response.status_details.reason == "turn_detected"
+        cleared = await rt.wait_type("output_audio_buffer.cleared")
+        assert cleared.response_id == story.response.id
+        truncated = await rt.wait_type("conversation.item.truncated")
+        item_id = cut.response.output[0].id
+        assert truncated.item_id == item_id and truncated.audio_end_ms > 0
+        spoken = transcript_of(cut).split()
+        await rt.send({"type": "conversation.item.retrieve", "item_id": item_id})
+        kept = (await rt.wait_type("conversation.item.retrieved")).item.content[0].transcript.split()
+        assert 0 < len(kept) < len(spoken) and spoken[: len(kept)] == kept  # a proper prefix: what was heard
+        # the interruption is answered (a pause inside it may first start a reply that its
+        # continuation cancels), and the LLM was told only what was heard of the story
+        await rt.wait_for(lambda e: e.type == "response.done" and e.response.status == "completed")
+        asked = session_of(srv).bridge.context.request("next", None)
+        story_said = next(m for m in asked if m.role == "assistant")
+        assert story_said == ChatMessage("assistant", " ".join(kept) + "...")
+
+
+async def test_session_update_changes_the_instructions_and_the_output_format(
+    srv: VoiceServer, whisper: ASREngine
+) -> None:
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        instructions = "Your name is Robo."
+        await rt.send({
+            "type": "session.update",
+            "session": {"type": "realtime", "instructions": instructions,
+                        "audio": {"output": {"format": {"type": "audio/pcmu"}}}},
+        })  # fmt: skip
+        updated = await rt.wait_type("session.updated")
+        assert updated.session.audio.output.format.type == "audio/pcmu"
+        user = {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "What is your name?"}],
+        }
+        await rt.send({"type": "conversation.item.create", "item": user})
+        await rt.send({"type": "response.create"})
+        done = await rt.wait_type("response.done")
+        words = transcript_of(done)
+        assert "robo" in normalize(words), words  # the new instructions were the system prompt
+        audio = said(rt, done.response.id, "pcmu")
+        assert len(audio) > 16000 * 0.5
+        back = whisper.transcribe(audio).text
+        assert word_error_rate(words, back) <= 0.35, (words, back)  # 8 kHz µ-law, intelligible
+
+
+async def test_manual_turns_commit_and_ask_for_a_response(srv: VoiceServer) -> None:
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        await rt.send(
+            {
+                "type": "session.update",
+                "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+            }
+        )
+        assert (await rt.wait_type("session.updated")).session.audio.input.turn_detection is None
+        await rt.stream(pcm16(concat(espeak(QUESTION, RATE), silence(1.5, RATE))), paced=False)
+        await rt.send({"type": "input_audio_buffer.commit"})
+        committed = await rt.wait_type("input_audio_buffer.committed")
+        heard = await rt.wait_type("conversation.item.input_audio_transcription.completed")
+        assert heard.item_id == committed.item_id and word_error_rate(QUESTION, heard.transcript) <= 0.2
+        assert not rt.of("input_audio_buffer.speech_started") and not rt.of("response.created")
+        await rt.send({"type": "response.create"})
+        done = await rt.wait_type("response.done")
+        assert done.response.status == "completed" and "paris" in normalize(transcript_of(done))

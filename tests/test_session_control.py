@@ -1,0 +1,177 @@
+"""What a client steers on a session beyond the config (the realtime endpoint's needs),
+driven by fakes on a fake clock: manual turns and commits, no automatic replies, replies
+on demand with their own messages, text-only replies, token limits, client cancels, a
+cleared input, barge-in off, and a session asking its own Context instead of the History.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from fakes import Driver, FakeClock, Fakes, RecordingTransport
+
+from llm.base import ChatMessage
+from voice_pipeline import events as ev
+from voice_pipeline.config import Config
+from voice_pipeline.history import History
+from voice_pipeline.session import Session
+from voice_pipeline.steering import ReplyOptions, ReplyRequest
+from voice_pipeline.turnevents import Detection, TurnOptions
+
+REPLY = "Sure, the answer is forty two. It is the meaning of life and everything."
+MANUAL = TurnOptions(Detection.MANUAL, auto_reply=False)
+
+
+@dataclass(slots=True)
+class H:
+    clock: FakeClock
+    fakes: Fakes
+    transport: RecordingTransport
+    session: Session
+    driver: Driver
+    cfg: Config
+
+    def steer(self, options: TurnOptions, reply: ReplyOptions | None = None, **barge_in: bool) -> None:
+        c = self.cfg
+        barge = dataclasses.replace(c.barge_in, **barge_in)
+        self.session.configure(c.vad, c.turn, barge, options, reply or ReplyOptions())
+
+
+def harness(context: object | None = None) -> H:
+    cfg = Config()
+    cfg = dataclasses.replace(cfg, asr=dataclasses.replace(cfg.asr, partial_interval_ms=0))
+    fakes = Fakes()
+    fakes.llm.reply = REPLY
+    fakes.asr.text = "what is the answer"
+    clock = FakeClock()
+    transport = RecordingTransport(clock, output_rate_hz=fakes.tts.sample_rate_hz)
+    session = Session(
+        fakes.engines(),
+        cfg,
+        transport,
+        clock=clock,
+        sleep_until=clock.sleep_until,
+        context=context,  # type: ignore[arg-type]
+    )
+    return H(clock, fakes, transport, session, Driver(session, clock, fakes), cfg)
+
+
+@pytest.fixture
+async def h() -> AsyncIterator[H]:
+    harness_ = harness()
+    yield harness_
+    harness_.fakes.llm.release()
+    await harness_.session.aclose()
+
+
+async def test_manual_turns_end_at_the_commit_and_are_not_answered(h: H) -> None:
+    h.steer(MANUAL)
+    await h.driver.speak(0.5)
+    await h.driver.quiet(1.5)  # silence ends nothing
+    assert not h.transport.of(ev.EndpointDetected)
+    h.session.commit()
+    await h.driver.quiet_until(lambda: h.transport.record(1) is not None)
+    rec = h.transport.record(1)
+    assert rec is not None and rec.user_text == "what is the answer"
+    assert rec.end_of_turn is not None and rec.end_of_turn.rule == "commit"
+    assert h.fakes.llm.requests == []  # kept for the client to answer
+    assert h.session.history == [ChatMessage("user", "what is the answer")]
+    await h.driver.quiet(0.1)  # the next turn began with the next input
+    assert [e.turn_id for e in h.transport.of(ev.SpeechStarted)] == [1, 2]
+
+
+async def test_a_reply_on_demand_is_asked_with_its_own_messages(h: H) -> None:
+    messages = (ChatMessage("system", "Be brief."), ChatMessage("user", "Tell me a joke."))
+    turn = h.session.respond(ReplyRequest(messages, user_text="Tell me a joke.", remember=False))
+    await h.driver.quiet_until(lambda: h.transport.record(turn) is not None)
+    assert h.fakes.llm.requests[0].messages == messages
+    kinds = [type(e) for e in h.transport.events if getattr(e, "turn_id", None) == turn]
+    assert kinds[0] is ev.ReplyStarted and ev.ReplyGenerated in kinds and kinds[-1] is ev.TurnCompleted
+    rec = h.transport.record(turn)
+    assert rec is not None and rec.user_text == "Tell me a joke." and rec.heard_text == REPLY
+    assert h.session.history == []  # out of the History, as asked
+
+
+async def test_a_text_only_reply_is_not_synthesized_and_counts_as_seen(h: H) -> None:
+    turn = h.session.respond(ReplyRequest((ChatMessage("user", "hi"),), ReplyOptions(speak=False)))
+    await h.driver.quiet_until(lambda: h.transport.record(turn) is not None)
+    assert h.fakes.tts.texts == [] and turn not in h.transport.audio
+    assert "".join(e.text for e in h.transport.of(ev.AssistantTextStreamed)) == REPLY
+    rec = h.transport.record(turn)
+    assert rec is not None and rec.heard_text == REPLY and not h.transport.of(ev.ClauseSynthesized)
+
+
+async def test_a_reply_stops_at_its_token_limit(h: H) -> None:
+    turn = h.session.respond(ReplyRequest((ChatMessage("user", "hi"),), ReplyOptions(max_tokens=3)))
+    await h.driver.quiet_until(lambda: h.transport.record(turn) is not None)
+    (generated,) = h.transport.of(ev.ReplyGenerated)
+    assert generated.output_tokens == 3 and generated.token_limit
+    assert h.fakes.llm.aborted  # the request did not run on
+    assert h.fakes.llm.unfinished_requests() == 0
+
+
+async def test_with_auto_replies_off_the_words_wait_for_the_client(h: H) -> None:
+    h.steer(TurnOptions(auto_reply=False))
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: h.transport.record(1) is not None)
+    assert h.fakes.llm.requests == [] and h.transport.of(ev.TranscriptFinalized)
+    assert h.session.history == [ChatMessage("user", "what is the answer")]
+
+
+async def test_the_client_cancels_a_reply_that_plays(h: H) -> None:
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: bool(h.transport.audio.get(1)))
+    h.session.cancel(1)
+    await h.driver.quiet_until(lambda: h.transport.record(1) is not None)
+    (stopped,) = h.transport.of(ev.ReplyInterrupted)
+    assert stopped.reason == "cancelled by the client"
+    rec = h.transport.record(1)
+    assert rec is not None and rec.interrupted and h.transport.clears(1)
+    assert h.fakes.llm.unfinished_requests() == 0
+
+
+async def test_a_cleared_input_drops_the_turn_in_progress(h: H) -> None:
+    await h.driver.speak(0.4)
+    assert h.transport.of(ev.SpeechStarted)
+    h.session.clear_input()
+    await h.driver.quiet(1.0)
+    assert h.transport.record(1) is None and not h.transport.of(ev.EndpointDetected)
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: h.transport.record(2) is not None)
+    assert h.transport.record(1) is None  # never answered, never recorded
+    assert h.session.sizes()["turns_open"] == 0  # nothing of it is left behind
+
+
+async def test_barge_in_off_lets_speech_over_the_reply_go_on(h: H) -> None:
+    h.steer(TurnOptions(), enabled=False)
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: bool(h.transport.audio.get(1)))
+    await h.driver.quiet(0.8)  # past the continuation grace
+    await h.driver.speak(0.3)
+    assert not h.transport.of(ev.ReplyPaused) and not h.transport.clears(1)
+
+
+async def test_a_session_asks_its_context_not_the_history() -> None:
+    class Recording(History):
+        def __init__(self) -> None:
+            super().__init__("From the context.", 1024)
+            self.asked: list[tuple[str, int | None]] = []
+
+        def request(self, user_text: str, turn_id: int | None = None) -> list[ChatMessage]:
+            self.asked.append((user_text, turn_id))
+            return super().request(user_text, turn_id)
+
+    ctx = Recording()
+    h = harness(ctx)
+    try:
+        await h.driver.speak(0.5)
+        await h.driver.quiet_until(lambda: h.transport.record(1) is not None)
+        assert ("what is the answer", 1) in ctx.asked
+        assert h.fakes.llm.requests[0].messages[0] == ChatMessage("system", "From the context.")
+        assert h.session.history == []  # the session's own History was not used
+    finally:
+        h.fakes.llm.release()
+        await h.session.aclose()

@@ -1,0 +1,33 @@
+"""What a client may ask of one reply beyond the config (typed, frozen, pure).
+
+A realtime client's session and responses choose how replies are given
+(:class:`ReplyOptions`: spoken or text only, a token limit) and may ask for a reply
+with no user speech (:class:`ReplyRequest`, ``Session.respond``). How turns are
+taken is :class:`voice_pipeline.turnevents.TurnOptions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llm.base import ChatMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyOptions:
+    #: synthesize and play the reply; False = text only (no TTS, no audio)
+    speak: bool = True
+    #: stop the LLM after this many tokens (None = ``llm.max_tokens``, which caps it anyway)
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyRequest:
+    """A reply asked for directly, with no user speech (``Session.respond``)."""
+
+    messages: tuple[ChatMessage, ...]
+    options: ReplyOptions = field(default_factory=ReplyOptions)
+    #: what it answers (the turn's record shows it as the user's words)
+    user_text: str = ""
+    #: enter the session's History when done (an out-of-band reply does not)
+    remember: bool = True

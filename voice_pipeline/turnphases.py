@@ -1,0 +1,119 @@
+"""The phases of a turn and every transition between them (pure data).
+
+:class:`~voice_pipeline.turnstate.TurnMachine` moves each turn through this table
+and nothing else; a transition that is not here is a bug (:class:`TurnStateError`).
+
+Phases of one turn (:class:`Phase`) and every transition (:data:`TRANSITIONS`)::
+
+                                        respond ──┐
+    LISTENING ──pause──> MAYBE_FINISHED ──end──> REPLYING ──audible──> AUDIBLE ──barge──> PAUSED
+     │ ^  ^──resume────────┘  │   LISTENING ──end──┘  │  │                 │ │  ^──resume───┘ │
+     │ │                      │                       │  │                 │ │                │
+     │ └──────────────────continue────────────────────┘  └──cancel/finish──┴─┴───────┬────────┘
+     │        (speech before the reply was audible, or within the grace after it)     v
+     └──drop──┴──> DONE (the client cleared its input)         INTERRUPTED ──finish──> DONE
+
+* LISTENING: the user is speaking; MAYBE_FINISHED: they paused and the end-of-turn
+  policy is deciding (the speculative ASR decode and the turn model run now).
+* REPLYING: the turn ended and its reply is being prepared -- nothing is audible
+  yet. User speech now **continues** the same turn
+  (:class:`~voice_pipeline.turnevents.ContinueTurn`): the reply is dropped, the vLLM
+  request aborted, and both parts are transcribed as one utterance. So does speech
+  that starts within ``turn.continuation_grace_ms`` of the reply becoming AUDIBLE:
+  the user had not heard it yet.
+* AUDIBLE: later speech over the reply is a barge-in: a new user turn spoken over
+  it; the tracker PAUSES the reply at once, then the interruption is confirmed
+  (cancel: INTERRUPTED) or found false (a backchannel, noise or echo: AUDIBLE again).
+* DONE: the reply finished, was cancelled, failed, or there was nothing to answer.
+
+A turn starts LISTENING when the user speaks, or REPLYING when a client asks for a
+reply with no speech (``TurnMachine.respond``: a realtime ``response.create``). With
+:class:`~voice_pipeline.turnevents.TurnOptions` ``detection`` MANUAL a turn starts at
+the first frame after a commit or clear and ends at the next commit (the VAD decides
+nothing, speech interrupts nothing); with ``auto_reply`` off a turn's words are kept
+(:class:`~voice_pipeline.turnevents.Keep`) and not answered until the client asks.
+
+At most one turn is LISTENING or MAYBE_FINISHED (the user's); an older one may be
+AUDIBLE or PAUSED under it (the reply spoken over) and one REPLYING.
+
+Not continued, on purpose: a turn ended by ``vad.max_turn_s`` (babble or a TV would
+otherwise hold it forever) and a push-to-talk turn (a new key press is a new turn).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from vad.end_of_turn import Rule
+from voice_pipeline.errors import LocalProtocolError
+
+
+class Phase(enum.StrEnum):
+    LISTENING = "listening"
+    MAYBE_FINISHED = "maybe_finished"
+    REPLYING = "replying"
+    AUDIBLE = "audible"
+    PAUSED = "paused"
+    INTERRUPTED = "interrupted"
+    DONE = "done"
+
+
+class Step(enum.StrEnum):
+    PAUSE = "pause"  # the user fell silent
+    RESUME = "resume"  # ... and went on before the turn ended
+    END = "end"  # the turn ended: its reply starts
+    CONTINUE = "continue"  # the user went on after the end: same turn, reply dropped
+    AUDIBLE = "audible"  # the reply's first audio went to the listener
+    BARGE = "barge"  # user speech over the reply paused it
+    RESUME_REPLY = "resume_reply"  # that speech was not an interruption after all
+    CANCEL = "cancel"  # the reply was cancelled
+    FINISH = "finish"  # nothing more happens in this turn
+    DROP = "drop"  # the client cleared the input: the user's turn is abandoned
+
+
+_P, _S = Phase, Step
+#: (phase, step) -> phase: every transition a turn can take. Anything else is a bug.
+TRANSITIONS: dict[tuple[Phase, Step], Phase] = {
+    (_P.LISTENING, _S.PAUSE): _P.MAYBE_FINISHED,
+    (_P.LISTENING, _S.END): _P.REPLYING,  # push-to-talk released, a commit, or the maximum length
+    (_P.LISTENING, _S.DROP): _P.DONE,
+    (_P.MAYBE_FINISHED, _S.RESUME): _P.LISTENING,
+    (_P.MAYBE_FINISHED, _S.END): _P.REPLYING,
+    (_P.MAYBE_FINISHED, _S.DROP): _P.DONE,
+    (_P.REPLYING, _S.CONTINUE): _P.LISTENING,
+    (_P.REPLYING, _S.AUDIBLE): _P.AUDIBLE,
+    (_P.REPLYING, _S.CANCEL): _P.INTERRUPTED,
+    (_P.REPLYING, _S.FINISH): _P.DONE,
+    (_P.AUDIBLE, _S.CONTINUE): _P.LISTENING,
+    (_P.AUDIBLE, _S.BARGE): _P.PAUSED,
+    (_P.AUDIBLE, _S.CANCEL): _P.INTERRUPTED,
+    (_P.AUDIBLE, _S.FINISH): _P.DONE,
+    (_P.PAUSED, _S.CONTINUE): _P.LISTENING,
+    (_P.PAUSED, _S.RESUME_REPLY): _P.AUDIBLE,
+    (_P.PAUSED, _S.CANCEL): _P.INTERRUPTED,
+    (_P.PAUSED, _S.FINISH): _P.DONE,
+    (_P.INTERRUPTED, _S.FINISH): _P.DONE,
+}
+
+#: phases with a reply in progress
+REPLY_PHASES = frozenset({Phase.REPLYING, Phase.AUDIBLE, Phase.PAUSED})
+#: phases in which the listener hears the reply (a paused one counts: it may resume)
+HEARD_PHASES = frozenset({Phase.AUDIBLE, Phase.PAUSED})
+
+
+class TurnStateError(LocalProtocolError):
+    """A transition not in :data:`TRANSITIONS` was attempted: a bug, not bad input."""
+
+
+@dataclass(slots=True)
+class TurnState:
+    """What the machine knows of one live turn."""
+
+    turn_id: int
+    phase: Phase = Phase.LISTENING
+    spoken_over: int | None = None
+    ended_by: Rule | None = None
+    audible_ns: int | None = None
+    ptt: bool = False
+    sealed: bool = False
