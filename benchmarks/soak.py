@@ -21,7 +21,7 @@ Every ``--every`` simulated seconds it prints RSS, Python heap (with
 ``--tracemalloc``) and the length of every structure that could grow with the
 length of a call: input history, ledger records, session turns and tasks, the
 echo reference, the listener timeline, the transport's per-turn books, the
-outbound queue, and the chat history (trimmed when sent by ``llm.history_max_tokens``).
+outbound queue, and the chat history (trimmed when sent by ``dialogue.history_max_tokens``).
 Prints figures; asserts nothing (``tests/test_soak.py`` runs it shortened and checks
 the structures stay bounded).
 """
@@ -51,8 +51,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # the fake engines
 from fakes import FakeClock, Fakes, counting_executor, tone  # noqa: E402
 
 from voice_pipeline.config import Config, load_config  # noqa: E402
+from voice_pipeline.edge.outbound import Outbound  # noqa: E402
 from voice_pipeline.engines import Engines  # noqa: E402
-from voice_pipeline.server.outbound import Outbound  # noqa: E402
 from voice_pipeline.server.transport import WebSocketTransport  # noqa: E402
 from voice_pipeline.session import Session  # noqa: E402
 
@@ -269,7 +269,7 @@ async def real_soak(args: argparse.Namespace) -> list[Sample]:
 
     cfg = load_config(None)
     engines = Engines.load(cfg, prepare_models(cfg, progress=print), progress=print)
-    await engines.warm_up(cfg.llm.system_prompt)
+    await engines.warm_up(cfg.dialogue.system_prompt)
     try:
         return await soak(
             args.minutes,

@@ -9,6 +9,7 @@ import pytest
 from test_server_transport import FakeSocket
 
 from llm.base import ChatMessage, HealthTracker, LLMHealth
+from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.history import (
     MESSAGE_OVERHEAD_TOKENS,
     estimate_tokens,
@@ -16,7 +17,6 @@ from voice_pipeline.history import (
     message_tokens,
     request_budget,
 )
-from voice_pipeline.server.outbound import Outbound
 
 S = 1_000_000_000
 

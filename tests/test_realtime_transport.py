@@ -14,11 +14,11 @@ from test_server_transport import Clock, FakeSocket
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import Config
+from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.realtime.bridge import RealtimeBridge
 from voice_pipeline.realtime.ids import Ids
 from voice_pipeline.realtime.server_events import ServerEventEncoder
 from voice_pipeline.realtime.transport import RealtimeTransport
-from voice_pipeline.server.outbound import Outbound
 
 T = 1_000_000_000
 

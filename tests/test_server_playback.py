@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from voice_pipeline.server.playback import ListenerTimeline
+from voice_pipeline.edge.playback import ListenerTimeline
 
 RATE = 1000  # samples per second: 1 sample = 1 ms
 S = 1_000_000_000  # ns

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from voice_pipeline import events as ev
-from voice_pipeline.server.outbound import OVERFLOW_CLOSE_CODE, Outbound
+from voice_pipeline.edge.outbound import OVERFLOW_CLOSE_CODE, Outbound
 from voice_pipeline.server.transport import WebSocketTransport
 
 RATE = 16000

@@ -40,6 +40,8 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.audio import Float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.edge import EdgeMetrics
+from voice_pipeline.edge.outbound import Outbound, bound_send_buffer
 from voice_pipeline.engines import Engines
 from voice_pipeline.models import LLM_DIR
 from voice_pipeline.realtime import client_events as ce
@@ -56,8 +58,6 @@ from voice_pipeline.realtime.server_events import (
 from voice_pipeline.realtime.session_config import ServerProfile, piper_voice_name, profile_from_config
 from voice_pipeline.realtime.tools import chat_template_supports_tools
 from voice_pipeline.realtime.transport import RealtimeTransport
-from voice_pipeline.server.metrics import ServerMetrics
-from voice_pipeline.server.outbound import Outbound, bound_send_buffer
 from voice_pipeline.session import Session
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class RealtimeConnection:
         ws: ServerConnection,
         engines: Engines,
         cfg: Config,
-        metrics: ServerMetrics,
+        metrics: EdgeMetrics,
         profile: ServerProfile,
         *,
         clock: Callable[[], int] = now_ns,

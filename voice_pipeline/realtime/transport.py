@@ -3,14 +3,14 @@
 Everything the session emits goes to the connection's
 :class:`~voice_pipeline.realtime.bridge.RealtimeBridge`, and the server events it
 answers with go out through the connection's bounded
-:class:`~voice_pipeline.server.outbound.Outbound` queue, in order. Reply audio
+:class:`~voice_pipeline.edge.outbound.Outbound` queue, in order. Reply audio
 arrives at 24 kHz (:data:`~voice_pipeline.realtime.bridge.OUTPUT_RATE_HZ`, whatever
 the response's format) and leaves as ``response.output_audio.delta`` text frames,
 queued as audio: a barge-in drops what is still queued (``clear``), and the
 queue's room is the reply's backpressure, as on ``/ws``.
 
 What the listener has played is estimated in real time from when each delta was
-written (:class:`~voice_pipeline.server.playback.ListenerTimeline`: realtime
+written (:class:`~voice_pipeline.edge.playback.ListenerTimeline`: realtime
 clients send no playback reports); the estimate times ``output_audio_buffer.stopped``
 and the cut of an interrupted reply, unless the client truncates the item itself.
 """
@@ -25,10 +25,10 @@ from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
+from voice_pipeline.edge.outbound import Outbound
+from voice_pipeline.edge.playback import ListenerTimeline
 from voice_pipeline.realtime.bridge import OUTPUT_RATE_HZ, RealtimeBridge
 from voice_pipeline.realtime.server_events import AudioDelta, ServerEvent, ServerEventEncoder
-from voice_pipeline.server.outbound import Outbound
-from voice_pipeline.server.playback import ListenerTimeline
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
+from voice_pipeline.edge.outbound import Outbound, bound_send_buffer
 from voice_pipeline.engines import Engines
-from voice_pipeline.server.outbound import Outbound, bound_send_buffer
 from voice_pipeline.server.protocol import (
     ClientMessageError,
     ClientProtocol,

@@ -17,8 +17,8 @@ from numpy.typing import NDArray
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
 from voice_pipeline.edge import Drained, drain_until
-from voice_pipeline.server.outbound import Outbound
-from voice_pipeline.server.playback import ListenerTimeline
+from voice_pipeline.edge.outbound import Outbound
+from voice_pipeline.edge.playback import ListenerTimeline
 from voice_pipeline.server.protocol import audio_clear, audio_header, dumps, event_message
 from voice_pipeline.transport import trim_turns
 

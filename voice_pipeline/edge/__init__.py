@@ -29,6 +29,12 @@ Edges today: the file runner (:mod:`voice_pipeline.runner`), ``/ws``
   budgets) for ``/metrics``. :class:`~voice_pipeline.server.metrics.ServerMetrics`
   is one; this module needs none of the server.
 
+Two submodules serve the WebSocket edges (``/ws`` and ``/v1/realtime``), so that
+neither the server nor the realtime protocol imports the other:
+:mod:`~voice_pipeline.edge.outbound` (one connection's bounded send queue and its
+writer task) and :mod:`~voice_pipeline.edge.playback` (what a remote listener has
+played of each reply).
+
 A new edge, in outline (the realtime endpoint can take this shape)::
 
     scope = SessionScope(engines, cfg, clock=clock, label="session")
