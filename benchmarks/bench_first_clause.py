@@ -144,10 +144,10 @@ async def main() -> None:
     llm = build_llm(tuning.llm(cfg.llm), paths.llm)
     load_before = os.getloadavg()[0]
     try:
-        await stream_reply(llm, cfg.llm.system_prompt, "Hello.", "warm-up")
+        await stream_reply(llm, cfg.dialogue.system_prompt, "Hello.", "warm-up")
         tts.synthesize("Hello there.")
         replies = [
-            await stream_reply(llm, cfg.llm.system_prompt, q, f"q{i}") for i, q in enumerate(QUESTIONS)
+            await stream_reply(llm, cfg.dialogue.system_prompt, q, f"q{i}") for i, q in enumerate(QUESTIONS)
         ]
     finally:
         await llm.aclose()

@@ -110,7 +110,7 @@ async def measure(block: int, reps: int) -> dict[str, Any]:
     try:
         for i in range(-2, reps):  # two warm-up rounds, not counted
             for case in CASES:
-                messages, prefix = await _case(llm, case, i, cfg.llm.system_prompt)
+                messages, prefix = await _case(llm, case, i, cfg.dialogue.system_prompt)
                 if prefix is not None:
                     res = await llm.prefill(prefix, f"pre-{block}-{case}-{i}")
                     if i >= 0:

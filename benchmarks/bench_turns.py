@@ -76,7 +76,7 @@ async def main() -> None:
         cfg, prepare_models(cfg, progress=lambda m: None), lambda m: print(m, file=sys.stderr)
     )
     clips = {q: espeak(q) for q in QUESTIONS}
-    await engines.warm_up(cfg.llm.system_prompt)
+    await engines.warm_up(cfg.dialogue.system_prompt)
     # the first session after start: turn 1 and turn 2, side by side (a cold first turn shows)
     gap = np.zeros(int(1.5 * 16000), np.float32)
     two = np.concatenate([np.zeros(8000, np.float32), clips[QUESTIONS[1]], gap, clips[QUESTIONS[2]], gap])

@@ -104,7 +104,7 @@ async def measure(name: str, reps: int) -> dict[str, Any]:
     t0 = time.monotonic()
     llm = VLLMEngine(tuning.llm(llm_cfg), paths.llm, engine_args=spec.get("engine"))
     start_s = time.monotonic() - t0
-    system = ChatMessage("system", cfg.llm.system_prompt)
+    system = ChatMessage("system", cfg.dialogue.system_prompt)
     cold: list[float] = []
     warm: list[float] = []
     per_token: list[float] = []
@@ -115,7 +115,7 @@ async def measure(name: str, reps: int) -> dict[str, Any]:
         await _first(llm, [system, ChatMessage("user", "Hello.")], "warm-up")
         for i in range(reps):
             q = ChatMessage("user", QUESTIONS[i % len(QUESTIONS)])
-            unique = ChatMessage("system", f"Session {stamp}-{i}. {cfg.llm.system_prompt}")
+            unique = ChatMessage("system", f"Session {stamp}-{i}. {cfg.dialogue.system_prompt}")
             cold.append(await _first(llm, [unique, q], f"cold-{i}"))
             warm.append(await _first(llm, [system, q], f"warm-{i}"))
             story = [system, ChatMessage("user", f"Tell me a short story about a cat named {i}.")]

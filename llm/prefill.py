@@ -29,7 +29,7 @@ The session-side contract (what the runtime calls, and when)::
     #     after a reply heard to its end call planner.served(prefix) instead: its own
     #     generation cached it), (b) at speech start, (c) whenever the committed partial transcript
     #     grows (LocalAgreement's stable prefix, whole words):
-    prefix = conversation_prefix(cfg.llm.system_prompt, history, committed)  # committed "" at (a), (b)
+    prefix = conversation_prefix(cfg.dialogue.system_prompt, history, committed)  # committed "" at (a), (b)
     match planner.want(prefix, idle=<no LLM request of this session is running>):
         case StartPrefill(request_id=rid, messages=msgs, abort=stale):
             if stale is not None:

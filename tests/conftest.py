@@ -100,7 +100,7 @@ async def engines(
 
     tuning = choose(this_cpu(), config.llm, config.asr)
     engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper, turn=smart_turn, tuning=tuning)
-    await engines.warm_up(config.llm.system_prompt)
+    await engines.warm_up(config.dialogue.system_prompt)
     return engines
 
 

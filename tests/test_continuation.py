@@ -299,7 +299,7 @@ async def test_the_prompt_prefix_is_prefilled_while_the_user_speaks_and_dropped_
         llm.reply = REPLY
         await d.speak(0.5)
         # at speech start the system prompt is warmed (one block of 32 estimated tokens or more)
-        assert [r.messages[0] for r in llm.prefills] == [ChatMessage("system", cfg.llm.system_prompt)]
+        assert [r.messages[0] for r in llm.prefills] == [ChatMessage("system", cfg.dialogue.system_prompt)]
         await d.quiet_until(lambda: h.completed(1))
         # a reply heard to its end cached the new history by generating it: no prefill for it
         assert len(llm.prefills) == 1
@@ -325,7 +325,7 @@ async def test_the_prompt_prefix_is_prefilled_while_the_user_speaks_and_dropped_
 
 async def test_no_prefill_when_prefill_ahead_is_off() -> None:
     cfg = base_config()
-    cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, prefill_ahead=False))
+    cfg = dataclasses.replace(cfg, dialogue=dataclasses.replace(cfg.dialogue, prefill_ahead=False))
     h = make_harness(cfg)
     try:
         await h.driver.speak(0.5)

@@ -65,7 +65,7 @@ async def test_the_llm_micro_benchmark_runs_and_prints_beside_its_floors(
     tuning = choose(this_cpu(), config.llm, config.asr)
     params = model_parameters(model_paths.llm)
     assert params is not None and 100e6 < params[0] < 200e6 and 0 < params[1] < params[0]  # SmolLM2-135M
-    prompt = config.llm.system_prompt
+    prompt = config.dialogue.system_prompt
     figures = await llm_figures(vllm_engine, prompt, reps=2, parameters=params, dtype=tuning.dtype)
     report = DoctorReport(tuning, measure_floors(tuning), figures)
     text = format_report(report)

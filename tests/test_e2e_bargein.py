@@ -236,7 +236,7 @@ async def test_a_hundred_interruptions_in_one_session(engines: Engines, config: 
                 break
             await asyncio.sleep(0.01)
         assert i in transport.completed, f"turn {i} never completed"
-    for _ in range(100):  # a prefill of the cut history may still be on its way (llm.prefill_ahead)
+    for _ in range(100):  # a prefill of the cut history may still be on its way (dialogue.prefill_ahead)
         if session.unfinished_tasks() == 0:
             break
         await asyncio.sleep(0.05)

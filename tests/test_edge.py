@@ -1,4 +1,4 @@
-"""The pieces every edge shares (voice_pipeline/edge.py), on fakes: no models, no network.
+"""The pieces every edge shares (voice_pipeline/edge/), on fakes: no models, no network.
 
 The drain decision is pure (table); the loop around it runs on a fake clock. The
 session scope runs on the fake engines with a recording transport.

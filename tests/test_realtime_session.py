@@ -369,7 +369,7 @@ def test_profile_from_the_project_config() -> None:
         voice="joe",
         transcription_model="whisper-tiny.en",
         language="en",
-        instructions=cfg.llm.system_prompt,
+        instructions=cfg.dialogue.system_prompt,
         max_output_tokens=cfg.llm.max_tokens,
         tools_supported=False,
         vad=cfg.vad,

@@ -17,7 +17,7 @@ from voice_pipeline.clock import now_ns
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, BudgetConfig, Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import Mark, TurnLedger
-from voice_pipeline.reply import Phrases, Reply, ReplySpeaker
+from voice_pipeline.reply import Phrases, Reply, ReplyDeps, ReplySpeaker
 from voice_pipeline.runner import FileTransport, MediaClock
 
 QUESTION = [
@@ -34,10 +34,9 @@ def _reply(engines: Engines, cfg: Config, ledger: TurnLedger) -> Reply:
     async def sleep_until(t_ns: int) -> None:
         return None
 
-    return Reply(
-        1, engines, cfg, transport, now_ns, ledger.mark, speaker, ledger.compute,
-        Phrases(engines.tts, transport.output_rate_hz), sleep_until,
-    )  # fmt: skip
+    phrases = Phrases(engines.tts, transport.output_rate_hz)
+    deps = ReplyDeps.of(engines, cfg, transport, now_ns, sleep_until, phrases)
+    return Reply(1, deps, speaker, ledger.mark, ledger.compute)
 
 
 def test_the_record_carries_the_prompt_figures() -> None:

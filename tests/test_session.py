@@ -151,7 +151,7 @@ async def test_one_turn(h: Harness) -> None:
 
     # the LLM saw the system prompt and the question; history has both sides
     assert llm.requests[0].messages == (
-        ChatMessage("system", h.cfg.llm.system_prompt),
+        ChatMessage("system", h.cfg.dialogue.system_prompt),
         ChatMessage("user", "what is the answer"),
     )
     assert h.session.history == [
@@ -176,7 +176,7 @@ async def test_history_is_sent_with_the_next_question(h: Harness) -> None:
     await d.speak(0.4)
     await d.quiet_until(lambda: h.completed(2))
     assert h.fakes.llm.requests[1].messages == (
-        ChatMessage("system", h.cfg.llm.system_prompt),
+        ChatMessage("system", h.cfg.dialogue.system_prompt),
         ChatMessage("user", "what is the answer"),
         ChatMessage("assistant", "It is noon."),
         ChatMessage("user", "and tomorrow"),
@@ -937,7 +937,7 @@ def samples_of(h: Harness, text: str) -> int:
 
 async def test_a_failed_llm_is_answered_with_the_apology_kept_out_of_the_history(h: Harness) -> None:
     t, d, llm, tts = h.transport, h.driver, h.fakes.llm, h.fakes.tts
-    apology = h.cfg.llm.apology
+    apology = h.cfg.dialogue.apology
     llm.fail_after = 0  # refused before any token
     await d.speak(0.4)
     await d.quiet_until(lambda: h.completed(1))
@@ -960,7 +960,7 @@ async def test_a_failed_llm_is_answered_with_the_apology_kept_out_of_the_history
     await d.quiet_until(lambda: h.completed(2))
     assert h.record(2).assistant_text == REPLY and h.record(2).failed is None
     assert llm.requests[-1].messages == (
-        ChatMessage("system", h.cfg.llm.system_prompt),
+        ChatMessage("system", h.cfg.dialogue.system_prompt),
         ChatMessage("user", "and now"),
     )
     assert tts.texts.count(apology) == 1  # synthesized once per session
@@ -974,8 +974,9 @@ async def test_a_stream_dropped_mid_reply_keeps_what_was_said_then_apologizes(h:
     llm.fail_after = len(first_clause.split()) + 2
     await d.speak(0.4)
     await d.quiet_until(lambda: h.completed(1))
-    assert tts.texts == [first_clause, h.cfg.llm.apology]
-    assert [len(p) for p in t.audio[1]] == [samples_of(h, first_clause), samples_of(h, h.cfg.llm.apology)]
+    assert tts.texts == [first_clause, h.cfg.dialogue.apology]
+    apology = h.cfg.dialogue.apology
+    assert [len(p) for p in t.audio[1]] == [samples_of(h, first_clause), samples_of(h, apology)]
     rec = h.record(1)
     assert rec.failed == "llm"
     assert rec.heard_text == first_clause
@@ -997,7 +998,7 @@ async def test_an_unexpected_exception_in_the_prefetched_llm_stream_fails_only_t
         "internal error in llm: RuntimeError",
         False,
     )
-    assert h.fakes.tts.texts == [h.cfg.llm.apology]
+    assert h.fakes.tts.texts == [h.cfg.dialogue.apology]
     h.fakes.llm.fail_after = None
     await h.driver.speak(0.4)
     await h.driver.quiet_until(lambda: h.completed(2))
@@ -1032,7 +1033,7 @@ async def test_an_asr_failure_apologizes_too() -> None:
         await h.driver.quiet_until(lambda: h.completed(1))
         assert [(f.stage, f.message) for f in h.transport.of(ev.TurnFailed, 1)] == [("asr", "decoder died")]
         assert h.fakes.llm.requests == []
-        assert h.fakes.tts.texts == [h.cfg.llm.apology]
+        assert h.fakes.tts.texts == [h.cfg.dialogue.apology]
         assert h.session.history == []
     finally:
         await h.session.aclose()
@@ -1040,7 +1041,7 @@ async def test_an_asr_failure_apologizes_too() -> None:
 
 async def test_no_apology_when_it_is_configured_empty() -> None:
     cfg = base_config()
-    h = make_harness(dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, apology="")))
+    h = make_harness(dataclasses.replace(cfg, dialogue=dataclasses.replace(cfg.dialogue, apology="")))
     try:
         h.fakes.llm.fail_after = 0
         await h.driver.speak(0.4)
@@ -1060,7 +1061,7 @@ FILLER_AFTER_MS = 400
 async def hf() -> AsyncIterator[Harness]:
     cfg = base_config()
     harness = make_harness(
-        dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, filler_after_ms=FILLER_AFTER_MS))
+        dataclasses.replace(cfg, dialogue=dataclasses.replace(cfg.dialogue, filler_after_ms=FILLER_AFTER_MS))
     )
     harness.fakes.llm.reply = REPLY
     yield harness
@@ -1070,7 +1071,7 @@ async def hf() -> AsyncIterator[Harness]:
 
 async def test_a_late_reply_is_preceded_by_the_filler(hf: Harness) -> None:
     h, t, d, llm, tts = hf, hf.transport, hf.driver, hf.fakes.llm, hf.fakes.tts
-    filler = h.cfg.llm.filler_text
+    filler = h.cfg.dialogue.filler_text
     llm.hold_after(0)  # thinking: no token yet
     await d.speak(0.5)
     assert tts.texts == [filler]  # synthesized in advance, as the session began
@@ -1116,7 +1117,8 @@ async def test_no_filler_when_the_reply_is_on_time(hf: Harness) -> None:
 async def hfb() -> AsyncIterator[Harness]:
     """Like ``hf``, without continuation (speech right after the filler began is a barge-in)."""
     cfg = base_config()
-    cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, filler_after_ms=FILLER_AFTER_MS))
+    filler = dataclasses.replace(cfg.dialogue, filler_after_ms=FILLER_AFTER_MS)
+    cfg = dataclasses.replace(cfg, dialogue=filler)
     harness = make_harness(no_continuation(cfg))
     harness.fakes.llm.reply = REPLY
     yield harness
@@ -1152,14 +1154,15 @@ async def test_barge_in_during_the_filler_works_like_during_a_reply(hfb: Harness
 
 async def test_the_history_is_kept_within_its_token_budget() -> None:
     cfg = base_config()
-    h = make_harness(dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, history_max_tokens=120)))
+    small = dataclasses.replace(cfg.dialogue, history_max_tokens=120)
+    h = make_harness(dataclasses.replace(cfg, dialogue=small))
     try:
         h.fakes.llm.reply = "It is noon."
         for i in range(1, 9):
             h.fakes.asr.text = f"question number {'x' * 20} {i}"
             await h.driver.speak(0.4)
             await h.driver.quiet_until(lambda i=i: h.completed(i))  # type: ignore[misc]
-            system = ChatMessage("system", h.cfg.llm.system_prompt)
+            system = ChatMessage("system", h.cfg.dialogue.system_prompt)
             request = list(h.fakes.llm.requests[-1].messages)
             assert request[0] == system and request[-1] == ChatMessage("user", h.fakes.asr.text)
             assert sum(message_tokens(m) for m in request) <= 120 or len(request) == 2

@@ -149,7 +149,7 @@ async def test_barge_in_off_lets_speech_over_the_reply_go_on(h: H) -> None:
     h.steer(TurnOptions(), enabled=False)
     await h.driver.speak(0.5)
     await h.driver.quiet_until(lambda: bool(h.transport.audio.get(1)))
-    await h.driver.quiet(0.8)  # past the continuation grace
+    await h.driver.quiet(h.cfg.turn.continuation_grace_ms / 1000 + 0.2)  # past the continuation grace
     await h.driver.speak(0.3)
     assert not h.transport.of(ev.ReplyPaused) and not h.transport.clears(1)
 

@@ -131,14 +131,14 @@ def counted(engines: Engines, calls: Calls, llm: LLM | None = None) -> Engines:
 async def test_warm_up_serves_a_request_through_every_engine(engines: Engines, config: Config) -> None:
     calls = Calls()
     wrapped = counted(engines, calls)
-    await wrapped.warm_up(config.llm.system_prompt)
+    await wrapped.warm_up(config.dialogue.system_prompt)
     assert {"llm", "asr", "tts", "vad"} <= set(calls.log), calls.log
     llm = wrapped.llm
     assert isinstance(llm, CountedLLM) and llm.first_deltas
     assert llm.unfinished_requests() == 0  # the warm-up request ran to its end
     # and the next turn-shaped request finds the system prompt's whole block in the cache
     question = ChatMessage("user", "Which day comes after Monday?")
-    stream = llm.stream([ChatMessage("system", config.llm.system_prompt), question], "after-warm-up")
+    stream = llm.stream([ChatMessage("system", config.dialogue.system_prompt), question], "after-warm-up")
     async for _ in stream:
         break
     await stream.aclose()

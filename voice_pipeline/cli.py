@@ -267,7 +267,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             t0 = time.monotonic()
             _stderr("warming up the engines ...")
-            await engines.warm_up(cfg.llm.system_prompt)
+            await engines.warm_up(cfg.dialogue.system_prompt)
             _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
             echo = EchoPath(args.echo_db, args.echo_delay_ms) if args.echo_db is not None else None
             result = await run_audio(engines, cfg, raw, in_rate, realtime=not args.fast, echo=echo)
@@ -357,7 +357,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             t0 = time.monotonic()
             _stderr("warming up the engines ...")
-            await engines.warm_up(cfg.llm.system_prompt)
+            await engines.warm_up(cfg.dialogue.system_prompt)
             _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
             server = VoiceServer(engines, cfg)
             server.machine["floors"] = await asyncio.to_thread(_floors, engines, paths)
@@ -440,7 +440,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             try:
                 _stderr("LLM micro-benchmark ...")
                 return await llm_figures(
-                    llm, cfg.llm.system_prompt, reps=args.reps, parameters=params, dtype=tuning.dtype
+                    llm, cfg.dialogue.system_prompt, reps=args.reps, parameters=params, dtype=tuning.dtype
                 )
             finally:
                 await llm.aclose()

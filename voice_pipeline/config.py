@@ -12,15 +12,13 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.typed_yaml import build, read_yaml
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful voice assistant. Answer in one or two short spoken sentences. "
@@ -91,9 +89,10 @@ class TurnConfig:
     #: ... and so does speech starting up to this long after the reply's first audio left:
     #: the user had not heard it yet (transport latency ~50-150 ms), could not react
     #: (~200 ms), or had simply gone on with their sentence; later speech over the reply is
-    #: a barge-in. With 300 ms a speaker pausing 1.2 s after "Can you tell me" was cut
-    #: (the reply became audible 0.8 s into the pause)
-    continuation_grace_ms: int = 600
+    #: a barge-in. The reply can be audible ~0.45 s into a pause (250 ms silence + a fast
+    #: pipeline), so a speaker pausing 1.2 s after "Can you tell me?" resumes up to ~0.8 s
+    #: after its first audio: with 600 ms such a speaker was cut (CI, 1 of 8 sentences)
+    continuation_grace_ms: int = 900
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +127,6 @@ class LLMConfig:
     url: str | None = None
     #: remote engine: model name to request (None = the server's first model)
     remote_model: str | None = None
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_tokens: int = 96
     temperature: float = 0.0
     top_p: float = 1.0
@@ -145,19 +143,27 @@ class LLMConfig:
     #: first token); see voice_pipeline/machine.py. An explicit value always wins.
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
     #: a request with no token for this long (first token or between tokens) is an error:
-    #: the turn ends with the spoken ``apology``
+    #: the turn ends with the spoken ``dialogue.apology``
     request_timeout_s: float = 10.0
     #: OpenMP threads of the in-process vLLM engine (0 = chosen for the machine: 1 up to 3
     #: cores, half the cores from 4; an ``OMP_NUM_THREADS`` set by the user wins)
     threads: int = 0
-    #: spoken (and kept out of the history) when the ASR, LLM or TTS fails or stalls during a
-    #: turn; "" = silent (the turn.failed event is sent either way)
-    apology: str = "Sorry, I can't answer that right now."
     #: remote engine: after a failure, new requests fail at once (with the apology) for this
     #: long before the next one is tried (doubling per consecutive failure up to retry_max_s);
     #: /healthz says degraded from the failure until a request succeeds again
     retry_initial_s: float = 0.5
     retry_max_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class DialogueConfig:
+    """What the assistant says and how a reply is started: the conversation's policy, apart
+    from the LLM engine that runs it (``llm``)."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    #: spoken (and kept out of the history) when the ASR, LLM or TTS fails or stalls during a
+    #: turn; "" = silent (the turn.failed event is sent either way)
+    apology: str = "Sorry, I can't answer that right now."
     #: each request (system prompt + past turns + the new user message) is cut to about this
     #: many tokens, and the session keeps no more history than fits: oldest whole turns are
     #: dropped first; the system prompt and the new user message always stay (tokens are
@@ -337,6 +343,7 @@ class Config:
     turn: TurnConfig = field(default_factory=TurnConfig)
     asr: ASRConfig = field(default_factory=ASRConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
+    dialogue: DialogueConfig = field(default_factory=DialogueConfig)
     tts: TTSConfig = field(default_factory=TTSConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
     barge_in: BargeInConfig = field(default_factory=BargeInConfig)
@@ -346,82 +353,6 @@ class Config:
 
 
 # ---------------------------------------------------------------- loading
-
-
-def _check(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        allowed = typing.get_args(tp)
-        if value not in allowed:
-            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _check(arg, value, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return value
-    if origin is tuple:
-        (item,) = typing.get_args(tp)[:1]
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return tuple(_check(item, v, f"{where}[{i}]") for i, v in enumerate(value))
-    raise ConfigError(f"{where}: unsupported type {tp!r}")  # pragma: no cover
-
-
-def _build(cls: type[Any], data: Any, where: str) -> Any:
-    if data is None:
-        return cls()
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-    kwargs: dict[str, Any] = {}
-    for name, value in data.items():
-        tp = hints[name]
-        key = f"{where}.{name}" if where else name
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = _build(tp, value, key)  # type: ignore[arg-type]
-        else:
-            kwargs[name] = _check(tp, value, key)
-    return cls(**kwargs)
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
 
 
 def default_budget_path() -> Path | None:
@@ -438,10 +369,10 @@ def default_budget_path() -> Path | None:
 def load_budget(path: Path | None) -> BudgetConfig:
     if path is None:
         return BudgetConfig()
-    data = _read_yaml(path)
+    data = read_yaml(path)
     if isinstance(data, dict) and "budgets" in data:
         data = data["budgets"]
-    budget = _build(BudgetConfig, data, "budgets")
+    budget = build(BudgetConfig, data, "budgets")
     for f in dataclasses.fields(budget):
         if getattr(budget, f.name) <= 0:
             raise ConfigError(f"budgets.{f.name}: must be positive")
@@ -450,7 +381,7 @@ def load_budget(path: Path | None) -> BudgetConfig:
 
 def load_config(path: Path | None = None, budget_path: Path | None = None) -> Config:
     """Load and validate the whole tree. Raises :class:`ConfigError` with the bad key."""
-    data: Any = _read_yaml(path) if path is not None else {}
+    data: Any = read_yaml(path) if path is not None else {}
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -458,12 +389,23 @@ def load_config(path: Path | None = None, budget_path: Path | None = None) -> Co
     budget = load_budget(budget_path or default_budget_path())
     if "budget" in data:  # per-file overrides of individual budgets
         section = data.pop("budget") or {}
-        overrides = _build(BudgetConfig, section, "budget")
+        overrides = build(BudgetConfig, section, "budget")
         budget = dataclasses.replace(budget, **{k: getattr(overrides, k) for k in section})
-    cfg = typing.cast(Config, _build(Config, data, ""))
+    _moved(data)
+    cfg = typing.cast(Config, build(Config, data, ""))
     cfg = dataclasses.replace(cfg, budget=budget)
     validate(cfg)
     return cfg
+
+
+#: keys that left their section, and where they are now
+MOVED = {("llm", name): "dialogue" for name in (f.name for f in dataclasses.fields(DialogueConfig))}
+
+
+def _moved(data: dict[str, Any]) -> None:
+    for (section, name), now in MOVED.items():
+        if isinstance(data.get(section), dict) and name in data[section]:
+            raise ConfigError(f"{section}.{name} has moved: write it as {now}.{name}")
 
 
 def validate(cfg: Config) -> None:
@@ -493,10 +435,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm.url: required when llm.engine is 'remote' (or pass --llm-url)")
     if cfg.llm.max_tokens < 1 or cfg.llm.kv_cache_mib < 16:
         raise ConfigError("llm: max_tokens must be >= 1 and kv_cache_mib >= 16")
-    if cfg.llm.request_timeout_s <= 0 or cfg.llm.threads < 0 or cfg.llm.history_max_tokens < 64:
-        raise ConfigError("llm: request_timeout_s must be > 0, threads >= 0, history_max_tokens >= 64")
-    if not 0 < cfg.llm.retry_initial_s <= cfg.llm.retry_max_s or cfg.llm.filler_after_ms < 0:
-        raise ConfigError("llm: need 0 < retry_initial_s <= retry_max_s and filler_after_ms >= 0")
+    if cfg.llm.request_timeout_s <= 0 or cfg.llm.threads < 0:
+        raise ConfigError("llm: request_timeout_s must be > 0 and threads >= 0")
+    if not 0 < cfg.llm.retry_initial_s <= cfg.llm.retry_max_s:
+        raise ConfigError("llm: need 0 < retry_initial_s <= retry_max_s")
+    if cfg.dialogue.history_max_tokens < 64 or cfg.dialogue.filler_after_ms < 0:
+        raise ConfigError("dialogue: need history_max_tokens >= 64 and filler_after_ms >= 0")
     if cfg.llm.kv_block_tokens < 0 or cfg.llm.kv_block_tokens % 16:
         raise ConfigError("llm.kv_block_tokens: must be 0 (auto) or a positive multiple of 16 (32 on CPU)")
     if cfg.asr.cpu_threads < 0:

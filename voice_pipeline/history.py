@@ -12,7 +12,7 @@ What enters it (the session decides *when*, :class:`History` decides *what*):
   becomes one user message when it ends).
 
 Budget: before each request, and after each turn for the list itself, the history is
-cut to the most recent whole turns that fit ``llm.history_max_tokens`` together with
+cut to the most recent whole turns that fit ``dialogue.history_max_tokens`` together with
 the system prompt (and the new user message) -- :func:`fit_history`, on token counts
 estimated without the tokenizer (:func:`estimate_tokens`).
 

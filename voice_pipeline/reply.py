@@ -81,6 +81,14 @@ class Phrases:
             pcm = self._pcm[text] = resample_int16(raw, self._tts.sample_rate_hz, self._rate)
         return pcm
 
+    async def prepare(self, text: str) -> None:
+        """Synthesize ``text`` ahead of its first use; a failure is logged, not raised (the
+        phrase is tried again when it is needed)."""
+        try:
+            await self.get(text)
+        except Exception:
+            log.warning("cannot synthesize %r", text, exc_info=True)
+
 
 @dataclass(frozen=True, slots=True)
 class _Phrase:
@@ -236,32 +244,48 @@ class PrefetchedStream:
             await self._changed.wait()
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyDeps:
+    """What every reply of a session runs on, and the three settings it reads -- nothing
+    else of the :class:`~voice_pipeline.config.Config` or the engines."""
+
+    llm: LLM
+    tts: TTS
+    transport: Transport
+    clock: Callable[[], int]
+    sleep_until: SleepUntil
+    phrases: Phrases
+    max_tokens: int  # llm.max_tokens
+    min_clause_words: int  # tts.min_clause_words
+    filler_text: str  # dialogue.filler_text
+
+    @classmethod
+    def of(
+        cls, engines: Engines, cfg: Config, transport: Transport, clock: Callable[[], int],
+        sleep_until: SleepUntil, phrases: Phrases,
+    ) -> ReplyDeps:  # fmt: skip
+        return cls(
+            engines.llm, engines.tts, transport, clock, sleep_until, phrases,
+            cfg.llm.max_tokens, cfg.tts.min_clause_words, cfg.dialogue.filler_text,
+        )  # fmt: skip
+
+
 class Reply:
-    """State and tasks of one assistant reply (owned by the session's turn)."""
+    """State and tasks of one assistant reply (owned by the session's turn): ``mark`` and
+    ``compute`` record on the turn's ledger (for this reply's epoch only)."""
 
     def __init__(
-        self,
-        turn_id: int,
-        engines: Engines,
-        cfg: Config,
-        transport: Transport,
-        clock: Callable[[], int],
-        mark: MarkFn,
-        speaker: ReplySpeaker,
-        compute: ComputeFn,
-        phrases: Phrases,
-        sleep_until: SleepUntil,
+        self, turn_id: int, deps: ReplyDeps, speaker: ReplySpeaker, mark: MarkFn, compute: ComputeFn
     ) -> None:
         self.turn_id = turn_id
-        self._engines = engines
-        self._cfg = cfg
-        self._transport = transport
-        self._clock = clock
+        self._deps = deps
+        self._transport = deps.transport
+        self._clock = deps.clock
         self._mark = mark
         self._compute = compute
         self.speaker = speaker
-        self._phrases = phrases
-        self._sleep_until = sleep_until
+        self._phrases = deps.phrases
+        self._sleep_until = deps.sleep_until
         self.text = ""
         self.clauses: list[SpokenClause] = []  # the reply's own words, as spoken
         self.llm_tokens = 0
@@ -310,7 +334,7 @@ class Reply:
                 tg.create_task(self._generate(messages, clauses, prefetched))
                 if options.speak:
                     tg.create_task(self._speak(clauses))
-                if options.speak and filler_at_ns is not None and self._cfg.llm.filler_text:
+                if options.speak and filler_at_ns is not None and self._deps.filler_text:
                     self._filler_task = tg.create_task(self._filler(filler_at_ns, clauses))
             if self._llm_error is not None:
                 raise self._llm_error  # after its complete clauses were spoken
@@ -358,7 +382,7 @@ class Reply:
         await self._sleep_until(at_ns)
         if self._clause_queued:
             return
-        text = self._cfg.llm.filler_text
+        text = self._deps.filler_text
         try:
             pcm = await self._phrases.get(text)
         except Exception:
@@ -373,15 +397,15 @@ class Reply:
         out: asyncio.Queue[str | _Phrase | None],
         prefetched: PrefetchedStream | None,
     ) -> None:
-        chunker = ClauseChunker(self._cfg.tts.min_clause_words)
-        cap = self._cfg.llm.max_tokens
+        chunker = ClauseChunker(self._deps.min_clause_words)
+        cap = self._deps.max_tokens
         limit = cap if self.options.max_tokens is None else min(cap, self.options.max_tokens)
         speak = self.options.speak
         if prefetched is not None:
             stream = prefetched.stream()  # its owner aborts the request
             llm_start = prefetched.started_ns or self._clock()
         else:
-            stream = self._engines.llm.stream(messages, self.request_id)
+            stream = self._deps.llm.stream(messages, self.request_id)
             llm_start = self._clock()
         try:
             async with contextlib.aclosing(stream):  # closing aborts the engine's request
@@ -424,11 +448,11 @@ class Reply:
     def _synthesize(self, text: str) -> tuple[NDArray[np.int16], int, int]:
         """Piper on one clause, in a worker thread, stamped there (its compute span)."""
         start = self._clock()
-        pcm = self._engines.tts.synthesize(text)
+        pcm = self._deps.tts.synthesize(text)
         return pcm, start, self._clock()
 
     async def _speak(self, clauses: asyncio.Queue[str | _Phrase | None]) -> None:
-        tts = self._engines.tts
+        tts = self._deps.tts
         out_rate = self._transport.output_rate_hz
         while (clause := await clauses.get()) is not None:
             if isinstance(clause, _Phrase):

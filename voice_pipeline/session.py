@@ -29,7 +29,7 @@ by the machine: :meth:`Session.configure`, :meth:`Session.commit`, :meth:`Sessio
 sees comes from the session's :class:`~voice_pipeline.history.Context`.
 
 Failures: an exception from ASR, LLM or TTS during a turn ends that turn only:
-``TurnFailed``, then ``llm.apology`` spoken like a reply (barge-in works on it), then
+``TurnFailed``, then ``dialogue.apology`` spoken like a reply (barge-in works on it), then
 ``TurnCompleted`` with ``record.failed`` set; what enters the history is
 :mod:`voice_pipeline.history`'s rule. A failing turn model only loses its vote.
 """
@@ -107,7 +107,7 @@ class Session:
             frame_samples=self._frame,
             time_of=self._input.time_of,
             policy=self._policy(cfg),
-            prefetch=cfg.llm.speculative_start,
+            prefetch=cfg.dialogue.speculative_start,
         )
         self._ctx = TurnContext(
             engines,
@@ -124,12 +124,11 @@ class Session:
             on_committed=self._warm,
         )
         self.ledger = SessionLedger(cfg.budget)
-        self._history = History(cfg.llm.system_prompt, cfg.llm.history_max_tokens)
-        block = (
-            engines.tuning.kv_block_tokens if engines.tuning is not None else cfg.llm.kv_block_tokens or 32
-        )
+        self._history = History(cfg.dialogue.system_prompt, cfg.dialogue.history_max_tokens)
+        tuning = engines.tuning
+        block = tuning.kv_block_tokens if tuning is not None else cfg.llm.kv_block_tokens or 32
         planner = PrefillPlanner(block_tokens=block, tag=f"{id(self):x}")
-        self._warmer = PrefixWarmer(engines.llm, planner, self._spawn, enabled=cfg.llm.prefill_ahead)
+        self._warmer = PrefixWarmer(engines.llm, planner, self._spawn, enabled=cfg.dialogue.prefill_ahead)
         self._context: Context = context or self._history
         self._reply_options = ReplyOptions()
         self._requests: dict[int, ReplyRequest] = {}  # asked for, until their turn begins
@@ -330,10 +329,10 @@ class Session:
                 await self._answer(turn)
             except* Exception as group:
                 turn.fail(_first_leaf(group))
-            if turn.failed is not None and self._cfg.llm.apology and self._spoken(turn):
+            if turn.failed is not None and self._cfg.dialogue.apology and self._spoken(turn):
                 reply = turn.reply or turn.new_reply()
                 turn.reply = reply
-                await reply.say(self._cfg.llm.apology, Mark.APOLOGY_SENT)
+                await reply.say(self._cfg.dialogue.apology, Mark.APOLOGY_SENT)
         finally:
             if epoch == turn.epoch:  # else the user continued the turn: it is not over
                 turn.utterance.drop_prefetch()
@@ -378,8 +377,8 @@ class Session:
         turn.reply = turn.new_reply()
         filler_at = None
         speech_end = turn.ledger.get(Mark.SPEECH_END)
-        if self._cfg.llm.filler_after_ms > 0 and speech_end is not None:
-            filler_at = speech_end + ms_to_ns(self._cfg.llm.filler_after_ms)
+        if self._cfg.dialogue.filler_after_ms > 0 and speech_end is not None:
+            filler_at = speech_end + ms_to_ns(self._cfg.dialogue.filler_after_ms)
         await turn.reply.run(messages, prefetched, filler_at_ns=filler_at, options=self._reply_options)
 
     def _reply_audible(self, turn_id: int, epoch: int) -> None:
@@ -432,15 +431,9 @@ class Session:
         """Synthesize the filler in the background, so it costs nothing when it is needed.
         (The apology is synthesized when first needed: failures are not the fast path.)"""
         self._phrases_prepared = True
-        text = self._cfg.llm.filler_text
-        if self._cfg.llm.filler_after_ms > 0 and text:
-            self._spawn(self._prepare_phrase(text), "prepare-filler")
-
-    async def _prepare_phrase(self, text: str) -> None:
-        try:
-            await self._phrases.get(text)
-        except Exception:
-            log.warning("cannot synthesize %r", text, exc_info=True)
+        text = self._cfg.dialogue.filler_text
+        if self._cfg.dialogue.filler_after_ms > 0 and text:
+            self._spawn(self._phrases.prepare(text), "prepare-filler")
 
     async def _real_sleep_until(self, t_ns: int) -> None:
         await asyncio.sleep(max(0.0, (t_ns - self._clock()) / 1e9))

@@ -32,7 +32,7 @@ from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger import Mark, TurnLedger
 from voice_pipeline.records import EndOfTurnRecord, FailedStage, Span, TurnRecord
-from voice_pipeline.reply import Phrases, Reply, ReplyRequest, ReplySpeaker
+from voice_pipeline.reply import Phrases, Reply, ReplyDeps, ReplyRequest, ReplySpeaker
 from voice_pipeline.transport import Transport
 from voice_pipeline.turnevents import CancelReason, EvidenceFound
 from voice_pipeline.utterance import Spawn, Utterance
@@ -192,18 +192,9 @@ class Turn:
             on_started=functools.partial(ctx.on_audible, tid, epoch),
             played_base=ctx.transport.played_samples(tid),
         )
-        return Reply(
-            tid,
-            ctx.engines,
-            ctx.cfg,
-            ctx.transport,
-            ctx.clock,
-            functools.partial(self._mark_epoch, epoch),
-            speaker,
-            functools.partial(self._compute_epoch, epoch),
-            ctx.phrases,
-            ctx.sleep_until,
-        )
+        deps = ReplyDeps.of(ctx.engines, ctx.cfg, ctx.transport, ctx.clock, ctx.sleep_until, ctx.phrases)
+        mark = functools.partial(self._mark_epoch, epoch)
+        return Reply(tid, deps, speaker, mark, functools.partial(self._compute_epoch, epoch))
 
     def pause_reply(self, onset_ns: int) -> None:
         if self.reply is None:

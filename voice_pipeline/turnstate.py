@@ -111,7 +111,7 @@ class TurnMachine:
     ) -> None:
         """``time_of(sample)``: the monotonic time of an input sample; ``policy``: the
         semantic end-of-turn policy (None = silence alone); ``prefetch``: start the LLM
-        on the speculative transcript (``llm.speculative_start``)."""
+        on the speculative transcript (``dialogue.speculative_start``)."""
         self._vad = vad
         self._cfg = turn
         self._barge_in = barge_in

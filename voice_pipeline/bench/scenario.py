@@ -43,8 +43,8 @@ LONG_PROMPTS: tuple[str, ...] = (
 INTERRUPTION = "Please tell me about the moon instead."
 
 #: the interruption starts this far into the reply audio (uniform, seeded); after the
-#: server's continuation grace (turn.continuation_grace_ms, 600 ms), so it is a barge-in
-INTERRUPT_DELAY_S = (1.0, 2.0)
+#: server's continuation grace (turn.continuation_grace_ms, 900 ms), so it is a barge-in
+INTERRUPT_DELAY_S = (1.2, 2.2)
 #: sessions start staggered by up to this much (seeded)
 START_SPREAD_S = 1.0
 

@@ -141,7 +141,8 @@ class RealtimeBridge:
         self.cfg = initial_config(profile)
         self.conversation = Conversation(ids)
         self.input = InputSequencer(self.conversation)
-        self.context = RealtimeContext(self.conversation, self.cfg.instructions, base.llm.history_max_tokens)
+        budget = base.dialogue.history_max_tokens
+        self.context = RealtimeContext(self.conversation, self.cfg.instructions, budget)
         self.decoder = InputDecoder(self.cfg.input_format, base.audio.pipeline_rate_hz)
         self._turns: dict[int, _Turn] = {}
         self._user: int | None = None  # the turn whose input is being taken

@@ -16,7 +16,7 @@ items by the same rules the History keeps on ``/ws``:
   word was heard) are left out, and so are function calls and their outputs: the
   LLM interface carries chat text only, and the model served by default cannot
   call tools (``tools_unsupported``); such items are still stored and shown;
-* the request is cut to ``llm.history_max_tokens`` by dropping the oldest whole
+* the request is cut to ``dialogue.history_max_tokens`` by dropping the oldest whole
   turns (:func:`~voice_pipeline.history.fit_history`); the system message and the
   message being answered always stay.
 

@@ -145,7 +145,7 @@ def profile_from_config(cfg: Config, *, model: str, voice: str, tools_supported:
         voice=voice,
         transcription_model=PurePath(cfg.asr.model_path).name if cfg.asr.model_path else "whisper-tiny.en",
         language=cfg.asr.language,
-        instructions=cfg.llm.system_prompt,
+        instructions=cfg.dialogue.system_prompt,
         max_output_tokens=cfg.llm.max_tokens,
         tools_supported=tools_supported,
         vad=cfg.vad,

@@ -29,11 +29,11 @@ from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.edge.playback import ListenerTimeline
 from voice_pipeline.realtime.bridge import OUTPUT_RATE_HZ, RealtimeBridge
 from voice_pipeline.realtime.server_events import AudioDelta, ServerEvent, ServerEventEncoder
+from voice_pipeline.transport import trim_turns
 
 log = logging.getLogger(__name__)
 
 _MIN_WAIT_S = 0.01
-_KEEP_TURNS = 64  # per-turn bookkeeping kept for the latest turns only
 
 
 class RealtimeTransport:
@@ -84,14 +84,14 @@ class RealtimeTransport:
             text = self._encoder.text(event)
             if isinstance(event, AudioDelta):
                 self._unflushed.add(turn_id)
+                trim_turns(self._unflushed)
                 self._out.put_audio(turn_id, None, text, samples)
             else:
                 self._out.send_text(text)
 
     def clear(self, turn_id: int) -> None:
         self._epoch[turn_id] = self._epoch.get(turn_id, 0) + 1
-        while len(self._epoch) > _KEEP_TURNS:
-            del self._epoch[min(self._epoch)]
+        trim_turns(self._epoch)
         self._out.drop_audio(turn_id)
         if turn_id in self._unflushed:
             self._unflushed.discard(turn_id)
