@@ -161,7 +161,6 @@ class VLLMEngine:
         """
         engine = self._require_open()
         from vllm import SamplingParams
-        from vllm.inputs import tokens_input
         from vllm.sampling_params import RequestOutputKind
 
         params = SamplingParams(
@@ -172,23 +171,13 @@ class VLLMEngine:
         )
         ids = self._prompt_ids(messages)
         sent_ns = time.monotonic_ns()
-        outputs: AsyncIterator[Any] = engine.generate(tokens_input(ids), params, request_id)
-        finished = False
         first = True
-        self._active.add(request_id)
-        self._aborted.discard(request_id)
         try:
-            while not finished:
-                try:
-                    async with asyncio.timeout(self._cfg.request_timeout_s):
-                        out = await anext(outputs)
-                except StopAsyncIteration:
-                    break
-                if request_id in self._aborted:
-                    break  # abort() came before vLLM knew the request: abort it now
-                finished = bool(out.finished)
-                completion = out.outputs[0]
-                if completion.text or completion.token_ids:
+            async with contextlib.aclosing(self._outputs(engine, ids, params, request_id)) as outputs:
+                async for out in outputs:
+                    completion = out.outputs[0]
+                    if not (completion.text or completion.token_ids):
+                        continue
                     self._health.succeeded()
                     if first:
                         first = False
@@ -214,11 +203,6 @@ class VLLMEngine:
             if error.retryable or self._engine is None or self._engine.errored:  # not a bad request
                 self._health.failed(time.monotonic_ns(), str(error))
             raise error from exc
-        finally:
-            self._active.discard(request_id)
-            self._aborted.discard(request_id)
-            if not finished:
-                await self._abandon(outputs, request_id)
 
     async def prefill(self, messages: Sequence[ChatMessage], request_id: str) -> PrefillResult:
         """One-token request on the prompt prefix (see :meth:`llm.base.LLM.prefill`)."""
@@ -236,29 +220,16 @@ class VLLMEngine:
         except EngineError as exc:
             return result(PrefillOutcome.FAILED, 0, None, str(exc))
         from vllm import SamplingParams
-        from vllm.inputs import tokens_input
         from vllm.sampling_params import RequestOutputKind
 
         params = SamplingParams(max_tokens=1, temperature=0.0, output_kind=RequestOutputKind.FINAL_ONLY)
-        outputs: AsyncIterator[Any] = engine.generate(tokens_input(ids), params, request_id)
         finished = False
         cached: int | None = None
-        self._active.add(request_id)
-        self._aborted.discard(request_id)
         try:
-            while not finished:
-                try:
-                    async with asyncio.timeout(self._cfg.request_timeout_s):
-                        out = await anext(outputs)
-                except StopAsyncIteration:
-                    break
-                if request_id in self._aborted:
-                    break
-                finished = bool(out.finished)
-                cached = _cached_tokens(out)
-            if not finished:
-                return result(PrefillOutcome.ABORTED, len(ids), cached)
-            return result(PrefillOutcome.WARMED, len(ids), cached)
+            async with contextlib.aclosing(self._outputs(engine, ids, params, request_id)) as outputs:
+                async for out in outputs:
+                    finished, cached = bool(out.finished), _cached_tokens(out)
+            return result(PrefillOutcome.WARMED if finished else PrefillOutcome.ABORTED, len(ids), cached)
         except (asyncio.CancelledError, GeneratorExit):
             raise
         except TimeoutError:
@@ -267,6 +238,31 @@ class VLLMEngine:
         except Exception as exc:  # an optimisation failed: the reply's own request will tell
             log.debug("prefill %s failed", request_id, exc_info=True)
             return result(PrefillOutcome.FAILED, len(ids), cached, str(self._engine_error(exc)))
+
+    async def _outputs(
+        self, engine: Any, ids: list[int], params: Any, request_id: str
+    ) -> AsyncGenerator[Any, None]:
+        """One request's outputs from the engine, each within ``llm.request_timeout_s``
+        (``TimeoutError`` past it), until it finishes or :meth:`abort` is called. A request
+        left unfinished -- aborted, closed early, cancelled or failed -- is aborted in the
+        engine before this generator is closed."""
+        from vllm.inputs import tokens_input
+
+        outputs: AsyncIterator[Any] = engine.generate(tokens_input(ids), params, request_id)
+        finished = False
+        self._active.add(request_id)
+        self._aborted.discard(request_id)
+        try:
+            while not finished:
+                try:
+                    async with asyncio.timeout(self._cfg.request_timeout_s):
+                        out = await anext(outputs)
+                except StopAsyncIteration:
+                    return
+                if request_id in self._aborted:
+                    return  # abort() came before vLLM knew the request: abort it now
+                finished = bool(out.finished)
+                yield out
         finally:
             self._active.discard(request_id)
             self._aborted.discard(request_id)
