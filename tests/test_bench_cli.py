@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import soundfile as sf
 from fakes import Fakes
 from procs import free_port
 from records import turn_record
+from servers import with_server
 
 from voice_pipeline.bench.html import to_html
 from voice_pipeline.bench.options import BenchOptions
@@ -113,7 +113,7 @@ def test_bad_wav_files_fail_before_anything_connects(
 @contextlib.asynccontextmanager
 async def fake_server(**server: object) -> AsyncIterator[VoiceServer]:
     cfg = load_config(None)
-    cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, port=0, **server))  # type: ignore[arg-type]
+    cfg = with_server(cfg, **{"port": 0, **server})
     srv = VoiceServer(Fakes().engines(), cfg)
     await srv.start()
     try:

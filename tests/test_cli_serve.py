@@ -83,7 +83,7 @@ def test_serve_binds_loopback_without_token_or_tls_but_rate_limited_by_default(
     assert s.auth_token is None and s.certfile is None and s.keyfile is None
     assert s.max_new_sessions_per_ip_per_min == 30
     assert s.allowed_origins == ()  # same origin only
-    assert s.audiosocket_allowed_peers == ("127.0.0.1/32", "::1/128")
+    assert serve_config().telephony.audiosocket_allowed_peers == ("127.0.0.1/32", "::1/128")
     assert s.trusted_proxies == ()
 
 

@@ -1,4 +1,4 @@
-"""AudioSocket admits allow-listed peers only (``server.audiosocket_allowed_peers``), real models.
+"""AudioSocket admits allow-listed peers only (``telephony.audiosocket_allowed_peers``), real models.
 
 AudioSocket has no authentication: the peer's address is the only check. A peer
 outside the list is disconnected before anything it sends is read, no session
@@ -33,8 +33,8 @@ QUESTION = "What is the capital of France?"
 async def audiosocket_server(
     engines: Engines, config: Config, peers: tuple[str, ...], host: str = "127.0.0.1"
 ) -> AsyncIterator[AudioSocketServer]:
-    scfg = dataclasses.replace(config.server, audiosocket_allowed_peers=peers)
-    srv = AudioSocketServer(engines, dataclasses.replace(config, server=scfg), host, 0)
+    tcfg = dataclasses.replace(config.telephony, audiosocket_allowed_peers=peers)
+    srv = AudioSocketServer(engines, dataclasses.replace(config, telephony=tcfg), host, 0)
     await srv.start()
     try:
         yield srv
@@ -81,7 +81,7 @@ async def test_an_allowed_peer_gets_a_call_with_a_reply(engines: Engines, config
 async def test_ipv6_loopback_is_allowed_by_default_and_ipv4_only_lists_refuse_it(
     engines: Engines, config: Config
 ) -> None:
-    default = config.server.audiosocket_allowed_peers
+    default = config.telephony.audiosocket_allowed_peers
     for peers, refused in ((default, 0), (("127.0.0.1/32",), 1)):
         async with audiosocket_server(engines, config, peers, host="::1") as srv:
             reader, writer = await asyncio.open_connection("::1", srv.port)

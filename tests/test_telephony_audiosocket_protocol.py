@@ -75,4 +75,4 @@ def test_serve_flag_is_documented_and_checked() -> None:
     out = subprocess.run([*exe, "--help"], capture_output=True, text=True, timeout=120)
     assert "--audiosocket-port" in out.stdout
     bad = subprocess.run([*exe, "--audiosocket-port", "70000"], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1 and "server.audiosocket_port" in bad.stderr
+    assert bad.returncode == 1 and "telephony.audiosocket_port" in bad.stderr

@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="also accept Asterisk AudioSocket calls on TCP port N (dialplan: AudioSocket(uuid,host:N)); "
-        "plain TCP, from server.audiosocket_allowed_peers only (default: this machine)",
+        "plain TCP, from telephony.audiosocket_allowed_peers only (default: this machine)",
     )
     p.add_argument(
         "--token",
@@ -290,32 +290,31 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
-    from voice_pipeline.config import validate_server
+    from voice_pipeline.config import validate_server, validate_telephony
     from voice_pipeline.server.app import server_ssl_context
 
     server = cfg.server
-    flags = (("host", "host"), ("port", "port"), ("max_sessions", "max_sessions"))
-    security = (("token", "auth_token"), ("certfile", "certfile"), ("keyfile", "keyfile"))
-    for flag, key in (
-        *flags,
-        ("audiosocket_port", "audiosocket_port"),
-        *security,
-        ("rate_limit", "max_new_sessions_per_ip_per_min"),
-    ):
+    flags = [("host", "host"), ("port", "port"), ("max_sessions", "max_sessions"), ("token", "auth_token")]
+    flags += [("certfile", "certfile"), ("keyfile", "keyfile")]
+    flags += [("rate_limit", "max_new_sessions_per_ip_per_min")]
+    for flag, key in flags:
         value = getattr(args, flag)
         if value is not None:
             server = dataclasses.replace(server, **{key: value})
     if args.allow_origin:
         server = dataclasses.replace(server, allowed_origins=tuple(args.allow_origin))
+    port = args.audiosocket_port
+    telephony = cfg.telephony if port is None else dataclasses.replace(cfg.telephony, audiosocket_port=port)
     validate_server(server)
+    validate_telephony(telephony)
     server_ssl_context(server)  # a bad certificate fails now, before any model loads
-    return dataclasses.replace(cfg, server=server)
+    return dataclasses.replace(cfg, server=server, telephony=telephony)
 
 
 async def _start_audiosocket(engines: Engines, cfg: Config, limit: SessionLimit) -> AudioSocketServer | None:
     from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 
-    port = cfg.server.audiosocket_port
+    port = cfg.telephony.audiosocket_port
     if port is None:
         return None
     phones = AudioSocketServer(engines, cfg, cfg.server.host, port, limit=limit)  # /ws's limit and metrics

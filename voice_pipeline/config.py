@@ -196,31 +196,12 @@ class TTSConfig:
     max_trailing_silence_ms: int = 120
 
 
+# fmt: off
 DEFAULT_BACKCHANNELS = (
-    "uh-huh",
-    "uh huh",
-    "mm-hmm",
-    "mm hmm",
-    "mhm",
-    "mm",
-    "hmm",
-    "yeah",
-    "yes",
-    "yep",
-    "yup",
-    "okay",
-    "ok",
-    "right",
-    "sure",
-    "i see",
-    "got it",
-    "uh",
-    "um",
-    "ah",
-    "oh",
-    "cool",
-    "nice",
+    "uh-huh", "uh huh", "mm-hmm", "mm hmm", "mhm", "mm", "hmm", "yeah", "yes", "yep", "yup", "okay",
+    "ok", "right", "sure", "i see", "got it", "uh", "um", "ah", "oh", "cool", "nice",
 )
+# fmt: on
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +272,8 @@ class ServerConfig:
     #: address to bind; the default serves this machine only
     host: str = "127.0.0.1"
     port: int = 8765
-    #: concurrent voice sessions (/ws, /v1/realtime and /twilio together); one more is refused
-    #: with close code 1013
+    #: concurrent voice sessions (/ws, /v1/realtime, /twilio and AudioSocket calls together);
+    #: one more is refused (WebSocket close code 1013; an AudioSocket call is hung up)
     max_sessions: int = 2
     #: Origin values allowed to open /ws and /v1/realtime ("*" = any). Empty = same origin as
     #: the Host header (and, when bound to a loopback address, a loopback Host: no DNS rebinding)
@@ -316,12 +297,6 @@ class ServerConfig:
     drain_grace_s: float = 2.0
     #: folder served at /; None = the demo page bundled in clients/static
     static_dir: str | None = None
-    #: /twilio: the customParameters "token" a Media Stream must carry (None = no check)
-    twilio_token: str | None = None
-    #: Asterisk AudioSocket calls on this TCP port (same host; None = off, 0 = any free)
-    audiosocket_port: int | None = None
-    #: AudioSocket peers allowed to connect (addresses or CIDR networks)
-    audiosocket_allowed_peers: tuple[str, ...] = ("127.0.0.1/32", "::1/128")
     #: /ws and /v1/realtime: if set, a client must send ``Authorization: Bearer <token>`` (the
     #: openai SDK sends its api_key so) or ``?token=``, else HTTP 401 at the handshake
     #: (compared in constant time; never logged)
@@ -338,6 +313,19 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TelephonyConfig:
+    """The phone edges ``voice-pipeline serve`` runs beside /ws: Twilio Media Streams on
+    /twilio and Asterisk AudioSocket over TCP (docs/protocol.md, SECURITY.md)."""
+
+    #: /twilio: the customParameters "token" a Media Stream must carry (None = no check)
+    twilio_token: str | None = None
+    #: Asterisk AudioSocket calls on this TCP port (same host; None = off, 0 = any free)
+    audiosocket_port: int | None = None
+    #: AudioSocket peers allowed to connect (addresses or CIDR networks)
+    audiosocket_allowed_peers: tuple[str, ...] = ("127.0.0.1/32", "::1/128")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     vad: VADConfig = field(default_factory=VADConfig)
     turn: TurnConfig = field(default_factory=TurnConfig)
@@ -350,6 +338,7 @@ class Config:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    telephony: TelephonyConfig = field(default_factory=TelephonyConfig)
 
 
 # ---------------------------------------------------------------- loading
@@ -399,7 +388,10 @@ def load_config(path: Path | None = None, budget_path: Path | None = None) -> Co
 
 
 #: keys that left their section, and where they are now
-MOVED = {("llm", name): "dialogue" for name in (f.name for f in dataclasses.fields(DialogueConfig))}
+MOVED = {
+    **{("llm", f.name): "dialogue" for f in dataclasses.fields(DialogueConfig)},
+    **{("server", f.name): "telephony" for f in dataclasses.fields(TelephonyConfig)},
+}
 
 
 def _moved(data: dict[str, Any]) -> None:
@@ -454,13 +446,12 @@ def validate(cfg: Config) -> None:
         if getattr(cfg.budget, f.name) <= 0:
             raise ConfigError(f"budget.{f.name}: must be positive")
     validate_server(cfg.server)
+    validate_telephony(cfg.telephony)
 
 
 def validate_server(s: ServerConfig) -> None:
     if not 0 <= s.port <= 65535:
         raise ConfigError("server.port: must be 0..65535")
-    if s.audiosocket_port is not None and not 0 <= s.audiosocket_port <= 65535:
-        raise ConfigError("server.audiosocket_port: must be 0..65535")
     if s.max_sessions < 1:
         raise ConfigError("server.max_sessions: must be >= 1")
     if s.max_frame_bytes < 2:
@@ -477,9 +468,18 @@ def validate_server(s: ServerConfig) -> None:
         raise ConfigError("server.max_new_sessions_per_ip_per_min: must be >= 0 (0 = no limit)")
     if (s.certfile is None) != (s.keyfile is None):
         raise ConfigError("server: certfile and keyfile go together (TLS needs both)")
-    for name in ("audiosocket_allowed_peers", "trusted_proxies"):
-        for peer in getattr(s, name):
-            try:
-                ipaddress.ip_network(peer, strict=False)
-            except ValueError:
-                raise ConfigError(f"server.{name}: {peer!r} is not an address or network") from None
+    _check_networks("server.trusted_proxies", s.trusted_proxies)
+
+
+def validate_telephony(t: TelephonyConfig) -> None:
+    if t.audiosocket_port is not None and not 0 <= t.audiosocket_port <= 65535:
+        raise ConfigError("telephony.audiosocket_port: must be 0..65535")
+    _check_networks("telephony.audiosocket_allowed_peers", t.audiosocket_allowed_peers)
+
+
+def _check_networks(key: str, values: tuple[str, ...]) -> None:
+    for peer in values:
+        try:
+            ipaddress.ip_network(peer, strict=False)
+        except ValueError:
+            raise ConfigError(f"{key}: {peer!r} is not an address or network") from None

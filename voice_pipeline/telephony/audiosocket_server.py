@@ -12,7 +12,7 @@ heard). A hangup, an error frame, a frame that cannot be right (a lying
 length), EOF or ``idle_timeout_s`` without audio end the call and its session.
 
 AudioSocket has no authentication and no encryption: a peer outside
-``server.audiosocket_allowed_peers`` (default: loopback only) is disconnected
+``telephony.audiosocket_allowed_peers`` (default: loopback only) is disconnected
 before a byte is read, and only its address is logged. Keep the port on a
 trusted network (the TLS option of ``serve`` does not cover it).
 """
@@ -133,7 +133,7 @@ class AudioSocketServer:
         self.calls: set[asyncio.Task[None]] = set()
         #: the latest sessions started (for inspection; bounded on a server that runs for weeks)
         self.sessions: deque[Session] = deque(maxlen=_KEEP_SESSIONS)
-        self._allowed_peers = parse_networks(cfg.server.audiosocket_allowed_peers)
+        self._allowed_peers = parse_networks(cfg.telephony.audiosocket_allowed_peers)
         self.refused_peers = 0
 
     async def start(self) -> None:

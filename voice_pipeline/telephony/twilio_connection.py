@@ -4,7 +4,7 @@ Inbound ``media`` (8 kHz µ-law) is decoded and pushed into the session through
 the call's :class:`~voice_pipeline.edge.SessionScope` (resampled to the pipeline
 rate, stamped with its arrival time; media moves the idle deadline on). The reply goes out through a paced
 :class:`.twilio_transport.TwilioTransport`. An unusable message is logged and
-the call goes on; a ``start`` with a wrong token (``server.twilio_token``) or
+the call goes on; a ``start`` with a wrong token (``telephony.twilio_token``) or
 an unsupported ``mediaFormat`` closes the stream with the reason. ``stop``, a
 dropped socket, ``idle_timeout_s`` without media or the server shutting down
 end the session cleanly (:meth:`Session.aclose`: turns cancelled, LLM aborted).
@@ -122,7 +122,7 @@ class TwilioConnection:
         return True
 
     async def _start(self, start: StreamStarted) -> bool:
-        expected = self._cfg.server.twilio_token
+        expected = self._cfg.telephony.twilio_token
         given = start.custom_parameters.get(TOKEN_PARAMETER, "")
         if not token_ok(given, expected):  # constant time; the token is never logged
             self._metrics.session_refused("token")
