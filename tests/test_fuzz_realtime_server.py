@@ -26,6 +26,7 @@ from fakes import Fakes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from realtime_sdk import sdk_client_events
+from test_fuzz_server import ErrorLog
 from websockets.asyncio.client import connect
 
 from voice_pipeline.config import load_config
@@ -44,15 +45,6 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 MARKER = json.dumps({"type": "fuzz.marker", "event_id": "marker"})
-
-
-class ErrorLog(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 @dataclasses.dataclass

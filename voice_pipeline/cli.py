@@ -294,9 +294,10 @@ def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
     from voice_pipeline.server.app import server_ssl_context
 
     server = cfg.server
-    flags = [("host", "host"), ("port", "port"), ("max_sessions", "max_sessions"), ("token", "auth_token")]
-    flags += [("certfile", "certfile"), ("keyfile", "keyfile")]
-    flags += [("rate_limit", "max_new_sessions_per_ip_per_min")]
+    flags = (  # --flag -> server.key
+        ("host", "host"), ("port", "port"), ("max_sessions", "max_sessions"), ("token", "auth_token"),
+        ("certfile", "certfile"), ("keyfile", "keyfile"), ("rate_limit", "max_new_sessions_per_ip_per_min"),
+    )  # fmt: skip
     for flag, key in flags:
         value = getattr(args, flag)
         if value is not None:
