@@ -132,6 +132,54 @@ async def test_speech_after_the_grace_is_a_barge_in(h: Harness) -> None:
     assert h.record(1).continuations == 0
 
 
+async def test_speech_after_the_maximum_gap_is_a_new_turn_however_slow_the_reply(h: Harness) -> None:
+    """A slow machine: the reply to the first question is still not audible when the user
+    says something new, past ``turn.continuation_max_gap_ms`` after their end of speech.
+    That is a new turn, not a continuation: the unheard reply is dropped (nothing of it is
+    sent), both messages stay separate in the history, and one reply answers both."""
+    t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
+    llm.hold_after(0)  # the machine is slow: no token yet
+    asr.text = "what time is it"
+    await d.speak(0.6)
+    await d.quiet_until(lambda: bool(t.of(ev.EndpointDetected, 1)))
+    end_ns = t.of(ev.EndpointDetected, 1)[0].speech_end_ns
+    await d.quiet((h.cfg.turn.continuation_max_gap_ms + 200) / 1000 - (h.clock() - end_ns) / 1e9)
+    assert t.of(ev.ReplyStarted, 1) and t.played_samples(1) == 0  # asked, not heard
+    asr.text = "and what day is it"
+    await d.speak_until(lambda: bool(t.of(ev.SpeechStarted, 2)))
+    assert t.of(ev.TurnContinued) == []
+    assert [i.reason for i in t.of(ev.ReplyInterrupted, 1)] == ["user speech before the reply was heard"]
+    llm.release()
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(1) and h.completed(2))
+    assert not [c for c in t.playout.chunks if c.turn_id == 1]  # nothing of the first reply was sent
+    assert h.record(1).assistant_text == "" and h.record(1).heard_text == ""
+    assert h.record(2).assistant_text == REPLY and not h.record(2).interrupted
+    # the answer was asked with both messages, separate, in order
+    users = [m.content for m in llm.requests[-1].messages if m.role == "user"]
+    assert users == ["what time is it", "and what day is it"]
+    assert [m.content for m in h.session.history] == ["what time is it", "and what day is it", REPLY]
+    assert llm.unfinished_requests() == 0
+
+
+async def test_speech_within_the_maximum_gap_still_continues(h: Harness) -> None:
+    """The same slow reply, and the user goes on just inside the gap: one turn, as before."""
+    t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
+    llm.hold_after(0)
+    asr.text = "what time is it"
+    await d.speak(0.6)
+    await d.quiet_until(lambda: bool(t.of(ev.EndpointDetected, 1)))
+    end_ns = t.of(ev.EndpointDetected, 1)[0].speech_end_ns
+    await d.quiet((h.cfg.turn.continuation_max_gap_ms - 300) / 1000 - (h.clock() - end_ns) / 1e9)
+    asr.text = "what time is it in tokyo"
+    await d.speak_until(lambda: bool(t.of(ev.TurnContinued, 1)))
+    assert t.of(ev.SpeechStarted, 2) == []
+    llm.release()
+    await d.speak(0.3)
+    await d.quiet_until(lambda: h.completed(1))
+    assert h.record(1).continuations == 1 and h.record(1).user_text == "what time is it in tokyo"
+
+
 async def test_continuation_off_speech_before_the_reply_is_heard_is_a_new_turn() -> None:
     h = make_harness(with_turn(base_config(), continuation=False))
     t, d, llm = h.transport, h.driver, h.fakes.llm

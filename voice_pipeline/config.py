@@ -93,6 +93,10 @@ class TurnConfig:
     #: pipeline), so a speaker pausing 1.2 s after "Can you tell me?" resumes up to ~0.8 s
     #: after its first audio: with 600 ms such a speaker was cut (CI, 1 of 8 sentences)
     continuation_grace_ms: int = 900
+    #: ... but never speech that starts more than this long after the user's own end of
+    #: speech: that is a new turn however slow the reply was (a reply not yet audible is
+    #: dropped and one reply answers both messages; an audible one is barged in on); 0 = no cap
+    continuation_max_gap_ms: int = 1500
 
 
 @dataclass(frozen=True, slots=True)

@@ -353,7 +353,7 @@ class Session:
             turn.reply = turn.new_reply()
             await turn.reply.run(list(turn.request.messages), options=turn.request.options)
             return
-        final = await turn.utterance.transcriber.final()
+        final = await turn.final_transcript()
         turn.ledger.asr_decode_ms = final.decode_ms
         turn.ledger.asr_speculative = final.speculative
         turn.ledger.compute(Span.ASR_FINAL, final.decode_start_ns, final.decode_end_ns)
@@ -369,8 +369,10 @@ class Session:
             turn.ledger.interruption = verdict.interruption
         if not isinstance(verdict, te.Answer):
             return  # no words, a backchannel, echo or noise over a reply, or kept: no reply
-        if over is not None and over.reply_task is not None and not over.reply_task.done():
-            await asyncio.wait([over.reply_task])  # its heard text enters the history first
+        # what was heard of earlier replies cut by the user (or their unheard words) enters the history first
+        ending = [t.reply_task for t in self._turns.values() if t.turn_id < turn.turn_id and t.winding_down]
+        if ending:
+            await asyncio.wait([task for task in ending if task is not None])
         prefetched = await turn.utterance.take_prefetch(turn.user_text, self._context.version)
         turn.ledger.llm_prefetched = prefetched is not None
         messages = self._context.request(turn.user_text, turn.turn_id)

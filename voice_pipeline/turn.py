@@ -13,6 +13,7 @@ so a cancelled reply still winding down cannot write into the new attempt's reco
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from asr.streaming import PartialTranscript
+from asr.streaming import FinalTranscript, PartialTranscript
 from vad.end_of_turn import Rule
 from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
@@ -93,6 +94,11 @@ class Turn:
         self.failed: str | None = None  # the stage that failed
         self.done = False
 
+    @property
+    def winding_down(self) -> bool:
+        """The reply was cancelled and its task has not ended yet."""
+        return self.interrupted and self.reply_task is not None and not self.reply_task.done()
+
     # ------------------------------------------------------------ bookkeeping
 
     def _partial(self, turn_id: int, p: PartialTranscript) -> None:
@@ -148,6 +154,20 @@ class Turn:
         """The user's turn is abandoned before it ended (the client cleared its input)."""
         self.done = True
         self.utterance.drop()
+
+    async def final_transcript(self) -> FinalTranscript:
+        """The utterance's final words. If the reply is cancelled meanwhile because the user
+        began a new turn before hearing it, the words are still waited for: they enter the
+        history unanswered, and the next reply answers both messages."""
+        task = asyncio.ensure_future(self.utterance.transcriber.final())
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if self.interrupted and not task.done():
+                with contextlib.suppress(Exception):
+                    self.user_text = (await task).text.strip()
+            task.cancel()
+            raise
 
     def end(self, end: EndOfTurn, speech_end_ns: int) -> None:
         """The machine ended the user's turn (``speech_end_ns``: the acoustic end of speech)."""

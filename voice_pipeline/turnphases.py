@@ -115,5 +115,7 @@ class TurnState:
     spoken_over: int | None = None
     ended_by: Rule | None = None
     audible_ns: int | None = None
+    #: the input sample at which the user's speech of this turn ended (when it ended)
+    speech_end_sample: int | None = None
     ptt: bool = False
     sealed: bool = False

@@ -368,7 +368,7 @@ class TurnMachine:
 
     def _speech_started(self, s: SpeechStarted) -> list[Command]:
         latest = self._latest_reply()
-        if latest is not None and self._can_continue(latest, self._time_of(s.onset_sample)):
+        if latest is not None and self._can_continue(latest, s.onset_sample):
             return self._continue(latest, s.onset_sample)
         cmds: list[Command] = []
         if latest is not None and latest.phase is Phase.REPLYING and self._barge_in.enabled:
@@ -392,7 +392,7 @@ class TurnMachine:
         t = self._turns[self.user]
         self.user = None
         self._move(t, Step.END)
-        t.ended_by = end.rule
+        t.ended_by, t.speech_end_sample = end.rule, end.speech_end_sample
         cmds: list[Command] = [EndTurn(t.turn_id, end)]
         if not self._barge_in.enabled:  # no barge-in: the new turn supersedes what is playing
             for old in list(self._turns.values()):
@@ -408,13 +408,20 @@ class TurnMachine:
         replies = [t for t in self._turns.values() if t.phase in REPLY_PHASES]
         return replies[-1] if replies else None
 
-    def _can_continue(self, t: TurnState, onset_ns: int) -> bool:
+    def _can_continue(self, t: TurnState, onset: int) -> bool:
+        """Speech with its onset at input sample ``onset`` continues ``t`` (its reply not
+        heard yet, or only within the grace) -- unless it starts more than
+        ``turn.continuation_max_gap_ms`` after the user's own end of speech: however slow
+        the reply, that is a new turn."""
         if not self._cfg.continuation or t.sealed or t.ptt or t.ended_by is Rule.MAX_TURN:
+            return False
+        max_gap = self._cfg.continuation_max_gap_ms * self._rate // 1000
+        if max_gap > 0 and t.speech_end_sample is not None and onset - t.speech_end_sample > max_gap:
             return False
         if t.phase is Phase.REPLYING:
             return True
         grace_ns = self._cfg.continuation_grace_ms * 1_000_000
-        return t.audible_ns is not None and onset_ns - t.audible_ns <= grace_ns
+        return t.audible_ns is not None and self._time_of(onset) - t.audible_ns <= grace_ns
 
     def _continue(self, t: TurnState, onset: int) -> list[Command]:
         if t.phase in HEARD_PHASES:
