@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from vad.end_of_turn import Cue, Rule
-from voice_pipeline.records import BudgetBreach, EndOfTurnRecord, TurnRecord, WorkAccount
+from voice_pipeline.records import BudgetBreach, EndOfTurnRecord, SpeculationRecord, TurnRecord, WorkAccount
 
 
 def turn_record(turn_id: int = 1, **fields: Any) -> TurnRecord:
@@ -56,4 +56,5 @@ def full_record(turn_id: int = 3, origin_ns: int = 0) -> TurnRecord:
         llm_prompt_tokens=321,
         llm_cached_tokens=256,
         llm_prefill_ms=88.88,
+        speculation=SpeculationRecord(2, 2, 1, 1, 1, 7, 0.512),
     )

@@ -181,6 +181,12 @@ class DialogueConfig:
     #: start the LLM on the speculative transcript while the end-of-turn silence runs;
     #: used if the final transcript is the same, aborted if the user goes on speaking
     speculative_start: bool = True
+    #: ... and synthesize the speculative reply's first chunk too, held until the endpoint
+    #: (sent at once if the reply is used, dropped unsent if not: voice_pipeline/speculation.py)
+    speculative_audio: bool = True
+    #: speculative replies running at once over all sessions (0 = one per two cores): beyond
+    #: it a pause is not speculated on, so that speculation never starves real replies
+    speculative_limit: int = 0
     #: while the user speaks, keep the system prompt, the history and the committed words
     #: in the LLM's prefix cache (one-token prefill requests, llm/prefill.py), so the reply's
     #: request prefills only its last tokens
@@ -435,8 +441,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm: request_timeout_s must be > 0 and threads >= 0")
     if not 0 < cfg.llm.retry_initial_s <= cfg.llm.retry_max_s:
         raise ConfigError("llm: need 0 < retry_initial_s <= retry_max_s")
-    if cfg.dialogue.history_max_tokens < 64 or cfg.dialogue.filler_after_ms < 0:
-        raise ConfigError("dialogue: need history_max_tokens >= 64 and filler_after_ms >= 0")
+    d = cfg.dialogue
+    if d.history_max_tokens < 64 or d.filler_after_ms < 0 or d.speculative_limit < 0:
+        raise ConfigError("dialogue: need history_max_tokens >= 64, filler_after_ms, speculative_limit >= 0")
+    if cfg.turn.continuation_max_gap_ms < 0:
+        raise ConfigError("turn.continuation_max_gap_ms: must be >= 0 (0 = no cap)")
     if cfg.llm.kv_block_tokens < 0 or cfg.llm.kv_block_tokens % 16:
         raise ConfigError("llm.kv_block_tokens: must be 0 (auto) or a positive multiple of 16 (32 on CPU)")
     if cfg.asr.cpu_threads < 0:

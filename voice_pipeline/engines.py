@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from asr.base import ASREngine
 from llm.base import LLM
@@ -14,6 +14,7 @@ from vad.base import VAD, TurnModel
 from voice_pipeline.config import Config
 from voice_pipeline.machine import Tuning, choose, this_cpu
 from voice_pipeline.models import ModelPaths
+from voice_pipeline.speculation import SpeculationBudget, default_speculation_limit
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ class Engines:
     turn: TurnModel | None = None
     #: the machine-dependent settings the engines were built with (None: built by hand)
     tuning: Tuning | None = None
+    #: how many speculative replies may run at once over every session sharing these engines
+    speculation: SpeculationBudget = field(default_factory=SpeculationBudget.for_machine)
 
     @classmethod
     def load(cls, cfg: Config, paths: ModelPaths, progress: Callable[[str], None]) -> Engines:
@@ -61,7 +64,11 @@ class Engines:
         turn = None
         if cfg.turn.semantic and cfg.turn.model != "none":
             turn = step(f"turn model ({cfg.turn.model})", lambda: build_turn_model(cfg.turn, paths.turn))
-        return cls(vad=vad, asr=asr, llm=llm, tts=tts, turn=turn, tuning=tuning)  # type: ignore[arg-type]
+        limit = cfg.dialogue.speculative_limit or default_speculation_limit()
+        return cls(
+            vad=vad, asr=asr, llm=llm, tts=tts, turn=turn, tuning=tuning,  # type: ignore[arg-type]
+            speculation=SpeculationBudget(limit),
+        )
 
     async def warm_up(self, system_prompt: str = "You are a helpful voice assistant.") -> None:
         """One small request through each engine, so the first user turn does not pay

@@ -26,7 +26,9 @@ clock; input times are capture stamps, :meth:`voice_pipeline.inputbuf.InputHisto
     transcript_final    session.Session._answer    the final transcript is in hand
     llm_first_token     reply.Reply._generate      the first LLM delta arrives (prefetched or requested)
     first_clause        reply.Reply._generate      the first complete clause is queued for Piper
-    tts_first_audio     reply.Reply._speak         its audio is synthesized
+    tts_first_audio     reply.Reply._speak         its audio is synthesized (or held audio taken)
+    audio_held          reply.Reply._speak         a released speculative reply's first chunk was synthesized
+                                                   and held (usually before ``endpoint``)
     first_audio_sent    reply.Reply._speak         it was handed to the transport (not paused)
     llm_done            reply.Reply._generate      the LLM stream ended
     last_audio_sent     reply.Reply._speak         the last clause was handed to the transport
@@ -58,6 +60,7 @@ from voice_pipeline.records import (
     EndOfTurnRecord,
     FailedStage,
     Span,
+    SpeculationRecord,
     StageName,
     TurnRecord,
     WorkAccount,
@@ -73,6 +76,7 @@ class Mark(enum.StrEnum):
     FIRST_CLAUSE = "first_clause"  # first clause complete, handed to TTS
     TTS_FIRST_AUDIO = "tts_first_audio"  # first clause synthesized
     FIRST_AUDIO_SENT = "first_audio_sent"  # first reply audio handed to the transport
+    AUDIO_HELD = "audio_held"  # a released speculative reply's first chunk was synthesized (and held)
     LLM_DONE = "llm_done"
     LAST_AUDIO_SENT = "last_audio_sent"
     TURN_END = "turn_end"
@@ -170,6 +174,7 @@ class TurnLedger:
         self.llm_prompt_tokens: int | None = None
         self.llm_cached_tokens: int | None = None
         self.llm_prefill_ms: float | None = None
+        self.speculation: SpeculationRecord | None = None
 
     def llm_request(
         self, prompt_tokens: int | None, cached_tokens: int | None, prefill_ms: float | None
@@ -286,6 +291,7 @@ class TurnLedger:
             llm_prompt_tokens=self.llm_prompt_tokens,
             llm_cached_tokens=self.llm_cached_tokens,
             llm_prefill_ms=self.llm_prefill_ms,
+            speculation=self.speculation,
         )
 
 

@@ -14,6 +14,7 @@ and the rule and cue that ended the user's turn (:class:`~vad.end_of_turn.Rule`,
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -125,6 +126,22 @@ class EndOfTurnRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeculationRecord:
+    """The turn's speculative replies (voice_pipeline/speculation.py): prepared during a pause,
+    their first chunk held, then released at the endpoint or dropped."""
+
+    prepared: int = 0
+    held: int = 0
+    released: int = 0
+    dropped: int = 0
+    #: pauses not speculated on because the machine had no room
+    skipped: int = 0
+    #: what the dropped ones cost: LLM tokens generated, seconds of audio synthesized
+    wasted_tokens: int = 0
+    wasted_audio_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRecord:
     """What the ledger knows about one finished turn (JSON-ready via :meth:`as_dict`)."""
 
@@ -166,6 +183,8 @@ class TurnRecord:
     llm_prompt_tokens: int | None = None
     llm_cached_tokens: int | None = None
     llm_prefill_ms: float | None = None
+    #: the speculative replies of this turn (None: not recorded)
+    speculation: SpeculationRecord | None = None
 
     def as_dict(self, origin_ns: int = 0, timeline: dict[str, float] | None = None) -> dict[str, object]:
         marks = (
@@ -208,6 +227,7 @@ class TurnRecord:
                 "wasted_audio_s": round(self.work.wasted_audio_s, 3),
             },
             "discarded": {"llm_tokens": self.discarded_tokens, "audio_s": round(self.discarded_audio_s, 3)},
+            "speculation": None if self.speculation is None else dataclasses.asdict(self.speculation),
         }
 
     @classmethod
@@ -231,6 +251,7 @@ class TurnRecord:
             end_of_turn=None if eot is None else EndOfTurnRecord(**{
                 **eot, "rule": Rule(eot["rule"]), "cue": None if eot["cue"] is None else Cue(eot["cue"])}),
             discarded_tokens=gone["llm_tokens"], discarded_audio_s=gone["audio_s"],
+            speculation=None if d.get("speculation") is None else SpeculationRecord(**d["speculation"]),
         )  # fmt: skip
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,10 +45,10 @@ from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
-from voice_pipeline.errors import EngineError
 from voice_pipeline.heard import SpokenClause, heard_text
 from voice_pipeline.ledger import Mark
 from voice_pipeline.records import FailedStage, Span
+from voice_pipeline.speculation import HeldAudio, PrefetchedStream
 from voice_pipeline.steering import ReplyOptions, ReplyRequest
 from voice_pipeline.transport import Transport
 
@@ -60,6 +60,12 @@ MarkFn = Callable[[Mark, int], None]
 #: records a model's compute span on the critical path: (name, start_ns, end_ns)
 ComputeFn = Callable[[Span, int, int], None]
 SleepUntil = Callable[[int], Awaitable[None]]
+
+
+def clause_chunker(min_clause_words: int) -> ClauseChunker:
+    """How every reply cuts its text into chunks for TTS (and a speculative reply its first
+    chunk, synthesized ahead: the same cut, so the reply finds it)."""
+    return ClauseChunker(min_clause_words)
 
 
 class Phrases:
@@ -191,59 +197,6 @@ class ReplySpeaker:
                 return
 
 
-class PrefetchedStream:
-    """LLM deltas requested before the end of the user's turn, buffered for the reply.
-
-    The session starts the LLM on the speculative transcript while the end-of-turn
-    silence is still running; the reply then reads the buffer instead of waiting
-    for a fresh request. Whoever pumps it calls :meth:`push` and :meth:`close`.
-    """
-
-    def __init__(self, user_text: str, history_version: int, started_ns: int = 0) -> None:
-        self.user_text = user_text
-        self.history_version = history_version  # the conversation it was asked with
-        self.started_ns = started_ns  # when the request was made (the LLM's compute span)
-        self._items: list[LLMDelta] = []
-        self._done = False
-        self._error: BaseException | None = None
-        self._changed = asyncio.Event()
-
-    async def fill(self, llm: LLM, messages: list[ChatMessage], request_id: str) -> None:
-        """Run the request into the buffer. Cancelling this aborts the request."""
-        stream = llm.stream(messages, request_id)
-        try:
-            async with contextlib.aclosing(stream):
-                async for delta in stream:
-                    self.push(delta)
-            self.close()
-        except Exception as exc:  # the reply raises it: the turn fails (not the prefetch task)
-            self.close(exc)
-        except asyncio.CancelledError:
-            self.close(EngineError("the prefetched request was dropped", retryable=True))
-            raise
-
-    def push(self, delta: LLMDelta) -> None:
-        self._items.append(delta)
-        self._changed.set()
-
-    def close(self, error: BaseException | None = None) -> None:
-        self._done, self._error = True, error
-        self._changed.set()
-
-    async def stream(self) -> AsyncGenerator[LLMDelta, None]:
-        i = 0
-        while True:
-            while i < len(self._items):
-                yield self._items[i]
-                i += 1
-            if self._done:
-                if self._error is not None:
-                    raise self._error
-                return
-            self._changed.clear()
-            await self._changed.wait()
-
-
 @dataclass(frozen=True, slots=True)
 class ReplyDeps:
     """What every reply of a session runs on, and the three settings it reads -- nothing
@@ -304,6 +257,7 @@ class Reply:
         self._clause_queued = False
         self._filler_task: asyncio.Task[None] | None = None
         self._llm_error: Exception | None = None
+        self._prefetched: PrefetchedStream | None = None
 
     def heard(self, played: int, interrupted: bool) -> str:
         """The reply's own words the listener heard (the filler and apology excluded; all
@@ -327,6 +281,7 @@ class Reply:
         An LLM failure is raised once the clauses it completed have been spoken; a TTS
         failure at once (the LLM request is aborted)."""
         self.options = options = options or self.options
+        self._prefetched = prefetched
         clauses: asyncio.Queue[str | _Phrase | None] = asyncio.Queue(maxsize=8)
         self._transport.emit(ev.ReplyStarted(self.turn_id, self._clock()))
         try:
@@ -397,7 +352,7 @@ class Reply:
         out: asyncio.Queue[str | _Phrase | None],
         prefetched: PrefetchedStream | None,
     ) -> None:
-        chunker = ClauseChunker(self._deps.min_clause_words)
+        chunker = clause_chunker(self._deps.min_clause_words)
         cap = self._deps.max_tokens
         limit = cap if self.options.max_tokens is None else min(cap, self.options.max_tokens)
         speak = self.options.speak
@@ -445,6 +400,15 @@ class Reply:
         self._first_clause_queued()  # an empty reply: no filler any more either
         await out.put(None)
 
+    async def _held(self, clause: str) -> HeldAudio | None:
+        """The held audio of the first clause, if this reply was released from a speculative
+        one that synthesized exactly this clause ahead."""
+        prefetched = self._prefetched
+        if prefetched is None or self.clauses:
+            return None
+        held = await prefetched.held_audio(clause)
+        return held if held is not None and held.sample_rate_hz == self._deps.tts.sample_rate_hz else None
+
     def _synthesize(self, text: str) -> tuple[NDArray[np.int16], int, int]:
         """Piper on one clause, in a worker thread, stamped there (its compute span)."""
         start = self._clock()
@@ -461,11 +425,16 @@ class Reply:
                 await self.speaker.add(clause.pcm)
                 self._mark(Mark.FILLER_SENT, self._clock())
                 continue
-            try:
-                pcm, synth_start, synth_end = await asyncio.to_thread(self._synthesize, clause)
-            except Exception:
-                self.failed_stage = self.failed_stage or FailedStage.TTS
-                raise
+            held = await self._held(clause)
+            if held is not None:  # a speculative reply's first chunk, synthesized before the endpoint
+                pcm, synth_start, synth_end = held.pcm, held.start_ns, held.end_ns
+                self._mark(Mark.AUDIO_HELD, synth_end)
+            else:
+                try:
+                    pcm, synth_start, synth_end = await asyncio.to_thread(self._synthesize, clause)
+                except Exception:
+                    self.failed_stage = self.failed_stage or FailedStage.TTS
+                    raise
             if pcm.size == 0:
                 continue
             self._compute(Span.TTS, synth_start, synth_end)  # the first clause's counts

@@ -261,6 +261,7 @@ class Turn:
         self.done = True
         self.mark(Mark.TURN_END, self._ctx.clock())
         reply = self.reply
+        self.ledger.speculation = self.utterance.speculation.record()
         played = reply.speaker.played() if reply else 0
         heard = reply.heard(played, self.interrupted) if reply else ""
         if reply is not None:

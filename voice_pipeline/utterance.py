@@ -13,9 +13,14 @@ A thin asyncio adapter; it decides nothing. The session creates one per user tur
   or was not needed), tagged with the pause, and when it came back (``evidence_at``);
 * ``stop_speculating()`` -- speech resumed: the decode is void, the tasks and any
   prefetch are dropped;
-* ``prefetch(request)`` -- start the LLM on the speculative transcript while the pause
-  runs; ``take_prefetch(text, version)`` hands it over if it was asked with exactly the
-  final words and the same history, else aborts it.
+* ``prefetch(request)`` -- the speculative reply (:mod:`voice_pipeline.speculation`):
+  start the LLM on the speculative transcript while the pause runs and, with
+  ``dialogue.speculative_audio``, synthesize its first chunk and hold it -- if the
+  machine has room (the engines' :class:`~voice_pipeline.speculation.SpeculationBudget`);
+  ``take_prefetch(text, version)`` releases it if it was asked with exactly the final
+  words and the same history, else drops it (request aborted, synthesis cancelled,
+  nothing sent). :attr:`Utterance.speculation` counts what was prepared, held, released
+  and dropped.
 
 Partial transcripts are polled every ``asr.partial_interval_ms`` while the user speaks
 and reported with ``on_partial``. Every task is spawned through the session (its owner).
@@ -24,6 +29,7 @@ and reported with ``on_partial``. Every task is spawned through the session (its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -36,7 +42,8 @@ from llm.base import ChatMessage
 from vad.end_of_turn import Cue, transcript_cue
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
-from voice_pipeline.reply import PrefetchedStream
+from voice_pipeline.reply import clause_chunker
+from voice_pipeline.speculation import HeldAudio, PrefetchedStream, SpeculationAccount
 from voice_pipeline.turnevents import EvidenceFound
 
 log = logging.getLogger(__name__)
@@ -75,6 +82,8 @@ class Utterance:
         self._prefetch: asyncio.Task[None] | None = None
         self._prefetched: PrefetchedStream | None = None
         self._prefetch_ready = asyncio.Event()
+        self._budgeted = False  # the running prefetch holds a place in the speculation budget
+        self.speculation = SpeculationAccount()
 
     # ------------------------------------------------------------ audio
 
@@ -180,8 +189,13 @@ class Utterance:
     # ------------------------------------------------------------ LLM prefetch
 
     def prefetch(self, request: Callable[[str], list[ChatMessage]], history_version: int, tag: str) -> None:
-        """Start the LLM on the speculative transcript (``request(text)``: its messages)."""
+        """Start the speculative reply on the speculative transcript (``request(text)``: its
+        messages), if the machine has room for one more."""
         self.drop_prefetch()
+        if not self._engines.speculation.try_acquire():
+            self.speculation.skipped += 1
+            return
+        self._budgeted = True
         self._prefetch_ready = asyncio.Event()
         self._prefetch = self._spawn(
             self._run_prefetch(request, history_version, tag, self._prefetch_ready),
@@ -194,9 +208,22 @@ class Utterance:
         return self._prefetch is not None and not self._prefetch.done()
 
     def drop_prefetch(self) -> None:
+        """Drop the speculative reply not released (if any): abort its request, cancel its
+        synthesis; what it cost is counted as wasted."""
+        buffer = self._prefetched
+        if buffer is not None and buffer.held_task is not None:
+            buffer.held_task.cancel()
         if self._prefetch is not None:
             self._prefetch.cancel()  # closes the stream: the request is aborted
+        if buffer is not None:
+            self.speculation.drop(buffer.tokens, buffer.held.seconds if buffer.held else 0.0)
         self._prefetch, self._prefetched = None, None
+        self._release_budget()
+
+    def _release_budget(self) -> None:
+        if self._budgeted:
+            self._budgeted = False
+            self._engines.speculation.release()
 
     async def _run_prefetch(
         self, request: Callable[[str], list[ChatMessage]], version: int, tag: str, ready: asyncio.Event
@@ -208,13 +235,52 @@ class Utterance:
                 return
             buffer = PrefetchedStream(text, history_version=version, started_ns=self._clock())
             self._prefetched = buffer
+            self.speculation.prepared += 1
+            if self._cfg.dialogue.speculative_audio:
+                buffer.held_task = self._spawn(self._hold_first_chunk(buffer), f"held-audio-{self.turn_id}")
             ready.set()
             await buffer.fill(self._engines.llm, request(text), f"prefetch-{tag}")
         finally:
             ready.set()
+            if self._prefetched is None:  # never started, or released: the budget is free again
+                self._release_budget()
+
+    async def _hold_first_chunk(self, buffer: PrefetchedStream) -> None:
+        """Synthesize the speculative reply's first chunk (cut as the reply will cut it) and
+        hold it in ``buffer``; nothing is sent. A failure only loses the head start."""
+        chunker = clause_chunker(self._cfg.tts.min_clause_words)
+        first: str | None = None
+        stream = buffer.stream()
+        try:
+            async with contextlib.aclosing(stream):
+                async for delta in stream:
+                    first = next(iter(chunker.push(delta.text)), None)
+                    if first is not None:
+                        break
+        except Exception:
+            return  # the request failed: the reply will say so
+        first = first if first is not None else next(iter(chunker.flush()), None)
+        if first is None:
+            return
+        tts = self._engines.tts
+
+        def run() -> HeldAudio:
+            start = self._clock()
+            pcm = tts.synthesize(first)
+            return HeldAudio(first, pcm, tts.sample_rate_hz, start, self._clock())
+
+        try:
+            held = await asyncio.to_thread(run)
+        except Exception:
+            log.warning("turn %d: cannot synthesize the speculative first chunk", self.turn_id, exc_info=True)
+            return
+        if held.pcm.size:
+            buffer.held = held
+            self.speculation.held += 1
 
     async def take_prefetch(self, user_text: str, history_version: int) -> PrefetchedStream | None:
-        """The prefetched reply if it was asked with exactly these words and history."""
+        """The speculative reply if it was asked with exactly these words and history
+        (released: the reply reads its stream and its held audio), else None (dropped)."""
         if self._prefetch is None:
             return None
         await self._prefetch_ready.wait()
@@ -222,6 +288,9 @@ class Utterance:
         if buffer is None or buffer.user_text != user_text or buffer.history_version != history_version:
             self.drop_prefetch()
             return None
+        self.speculation.released += 1
+        self._prefetched = None  # the reply's now: not dropped with the utterance
+        self._release_budget()
         return buffer
 
     # ------------------------------------------------------------ lifetime
