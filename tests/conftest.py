@@ -98,7 +98,7 @@ async def engines(
     from voice_pipeline.engines import Engines
     from voice_pipeline.machine import choose, this_cpu
 
-    tuning = choose(this_cpu(), config.llm, config.asr)
+    tuning = choose(this_cpu(), config.llm, config.asr, config.turn)
     engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper, turn=smart_turn, tuning=tuning)
     await engines.warm_up(config.dialogue.system_prompt)
     return engines

@@ -38,6 +38,7 @@ from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOut
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.events import Event, TurnCompleted
+from voice_pipeline.machine import Tuning
 from voice_pipeline.playout import Playout
 from voice_pipeline.records import TurnRecord
 from voice_pipeline.session import Session
@@ -501,9 +502,13 @@ class Fakes:
     tts: FakeTTS = field(default_factory=FakeTTS)
     #: None = no turn model (the end-of-turn policy uses the words alone)
     turn: FakeTurnModel | None = None
+    #: the settings chosen for a machine (None: as built by hand)
+    tuning: Tuning | None = None
 
     def engines(self) -> Engines:
-        return Engines(vad=self.vad, asr=self.asr, llm=self.llm, tts=self.tts, turn=self.turn)
+        return Engines(
+            vad=self.vad, asr=self.asr, llm=self.llm, tts=self.tts, turn=self.turn, tuning=self.tuning
+        )
 
 
 @dataclass(slots=True)

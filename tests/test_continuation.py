@@ -16,6 +16,7 @@ from harness import REPLY, Harness, base_config, make_harness
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
 from voice_pipeline.config import Config
+from voice_pipeline.machine import Tuning, choose, parse_cpu
 
 FRAME_S = 512 / RATE
 
@@ -276,6 +277,46 @@ async def test_the_turn_model_holds_a_turn_that_sounds_unfinished() -> None:
         assert rec.end_of_turn is not None and rec.end_of_turn.rule == "complete"
         assert rec.end_of_turn.p_complete == pytest.approx(0.95)
         assert rec.end_of_turn.sound_after_ms is not None and rec.end_of_turn.words_after_ms is not None
+    finally:
+        await h.session.aclose()
+
+
+def tuned_for(flags: str) -> Tuning:
+    cfg = base_config()
+    return choose(parse_cpu(f"model name\t: CPU\nflags\t\t: {flags}\n", 2, {}), cfg.llm, cfg.asr, cfg.turn)
+
+
+@pytest.mark.parametrize(("flags", "at_pause"), [("avx avx2 fma", True), ("avx2 avx512f avx512_bf16", False)])
+async def test_the_turn_model_runs_where_the_machine_chose(flags: str, at_pause: bool) -> None:
+    """``turn.model_start: auto``: on AVX2 the model runs at the pause, beside the decode,
+    even after words that decide alone (its verdict is recorded); on AVX-512 only after
+    neutral words. A question mark reads complete."""
+    fakes = Fakes(turn=FakeTurnModel(p=0.9), tuning=tuned_for(flags))
+    fakes.asr.text = "what is the answer?"
+    h = make_harness(base_config(), fakes)
+    try:
+        await h.driver.speak(0.6)
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert fakes.turn is not None and bool(fakes.turn.audio_s) is at_pause
+        eot = h.record(1).end_of_turn
+        assert eot is not None and eot.rule == "complete" and eot.cue == "complete"
+        assert (eot.p_complete is not None) is at_pause
+    finally:
+        await h.session.aclose()
+
+
+async def test_with_no_room_the_turn_model_waits_for_the_words() -> None:
+    """On AVX2 with the speculation budget full (other sessions speculate) the model is not
+    started beside the decode: it runs only after neutral words, as on a fast CPU."""
+    fakes = Fakes(turn=FakeTurnModel(p=0.9), tuning=tuned_for("avx avx2 fma"))
+    fakes.asr.text = "what is the answer?"
+    h = make_harness(base_config(), fakes)
+    budget = h.session._ctx.engines.speculation
+    budget.limit, budget.running = 1, 1
+    try:
+        await h.driver.speak(0.6)
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert fakes.turn is not None and fakes.turn.audio_s == []
     finally:
         await h.session.aclose()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voice_pipeline.config import ASRConfig, LLMConfig
+from voice_pipeline.config import ASRConfig, LLMConfig, TurnConfig
 from voice_pipeline.machine import CPUClass, CPUInfo, Source, choose, parse_cpu, this_cpu
 
 # flags lines as /proc/cpuinfo shows them (trimmed to what matters plus some noise)
@@ -77,14 +77,14 @@ AUTO_ASR = ASRConfig()
     ("flags", "cores", "dtype", "llm_threads", "asr_threads", "block"),
     [
         (EPYC_BF16, 2, "bfloat16", 1, 2, 32),
-        (EPYC_AVX2, 2, "float32", 1, 2, 32),  # the CI machine: bf16 is emulated there, 4x slower
+        (EPYC_AVX2, 2, "float32", 1, 1, 32),  # the CI machine: bf16 is emulated there, 4x slower
         (SKYLAKE_X, 2, "float32", 1, 2, 32),
         (SAPPHIRE, 8, "bfloat16", 4, 2, 32),
         (EPYC_AVX2, 1, "float32", 1, 1, 32),
-        (EPYC_AVX2, 3, "float32", 1, 2, 32),
-        (EPYC_AVX2, 4, "float32", 2, 2, 32),
+        (EPYC_AVX2, 3, "float32", 1, 1, 32),  # AVX2: one Whisper thread decodes faster
+        (EPYC_AVX2, 4, "float32", 2, 1, 32),
         (EPYC_BF16, 16, "bfloat16", 8, 2, 32),
-        (OLD, 2, "float32", 1, 2, 32),
+        (OLD, 2, "float32", 1, 1, 32),
     ],
 )
 def test_auto_choices(
@@ -113,8 +113,33 @@ def test_the_log_line_says_what_and_why() -> None:
     line = t.summary()
     assert line.startswith("machine: AVX2, 2 cores (CPU); ")
     assert "llm.dtype=float32 (AVX2: no bf16 in hardware" in line
-    assert "llm.threads=1" in line and "asr.cpu_threads=2" in line and "llm.kv_block_tokens=32" in line
+    assert "llm.threads=1" in line and "asr.cpu_threads=1" in line and "llm.kv_block_tokens=32" in line
     assert t.as_dict()["llm_dtype"] == "float32" and t.as_dict()["cpu"]["class"] == "AVX2"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("flags", "cores", "configured", "start"),
+    [
+        (EPYC_BF16, 2, "auto", "words"),  # the words are back in ~150 ms: the model after them
+        (SKYLAKE_X, 2, "auto", "words"),
+        (EPYC_AVX2, 2, "auto", "pause"),  # the words come 300-500 ms in: the model at once
+        (OLD, 2, "auto", "pause"),
+        (EPYC_AVX2, 1, "auto", "words"),  # one core: nothing to run it beside
+        (EPYC_AVX2, 2, "words", "words"),
+        (EPYC_BF16, 2, "pause", "pause"),
+    ],
+)
+def test_the_turn_model_starts_where_its_verdict_comes_in_time(
+    flags: str, cores: int, configured: str, start: str
+) -> None:
+    turn = TurnConfig(model_start=configured)  # type: ignore[arg-type]
+    t = choose(_cpu(flags, cores), AUTO_LLM, AUTO_ASR, turn)
+    assert t.turn_model_start == start
+    (choice,) = [c for c in t.choices if c.key == "turn.model_start"]
+    assert choice.source is (Source.MACHINE if configured == "auto" else Source.CONFIG)
+    # without a turn model there is nothing to choose
+    bare = choose(_cpu(flags, cores), AUTO_LLM, AUTO_ASR, TurnConfig(model="none"))
+    assert "turn.model_start" not in [c.key for c in bare.choices]
 
 
 def test_remote_llm_names_only_what_is_used() -> None:

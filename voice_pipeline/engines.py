@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def tune(cfg: Config, progress: Callable[[str], None]) -> Tuning:
     """The settings chosen for this machine (explicit config values win), said once."""
-    tuning = choose(this_cpu(), cfg.llm, cfg.asr)
+    tuning = choose(this_cpu(), cfg.llm, cfg.asr, cfg.turn)
     log.info("%s", tuning.summary())
     progress(tuning.summary())
     return tuning

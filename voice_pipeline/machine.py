@@ -17,7 +17,17 @@ The rules, and what they rest on (MEASURED.md, README "Thread budgets"):
 ``llm.threads``               1 OpenMP thread up to 3 cores (2 threads were faster alone
                               but slowed Whisper and Piper beside them on 2 cores);
                               from 4 cores half of them (not measured here: a rule).
-``asr.cpu_threads``           2 (measured on 2 cores), 1 on a single core.
+``asr.cpu_threads``           2 on 2+ cores with AVX-512 (measured); 1 on AVX2 and older
+                              (on a 2-core AVX2 EPYC one thread decoded a 3 s question in
+                              158 ms alone, two in 209; beside the LLM 237 vs 250) and on
+                              a single core.
+``turn.model_start``          ``auto``: ``pause`` on AVX2 and older -- there the words come
+                              back 300-500 ms into a pause and a model started after them
+                              was never back in time (``p_complete`` null in every turn);
+                              started at the pause on its own core (the ASR has the other)
+                              its 150-170 ms fit the short wait. ``words`` on AVX-512, where
+                              the words are back in ~150 ms and the model beside the decode
+                              cost complete questions 60-100 ms (README "Turn-taking").
 ``llm.kv_block_tokens``       32 on every x86 CPU: vLLM's CPU default (128) never reuses
                               a system prompt plus a short question; 16 has no kernel
                               (fails to start); 32 measured best (docs/bench.md).
@@ -43,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from voice_pipeline.config import ASRConfig, LLMConfig
+    from voice_pipeline.config import ASRConfig, LLMConfig, TurnConfig
 
 CPUINFO = Path("/proc/cpuinfo")
 Dtype = typing.Literal["auto", "bfloat16", "float32", "float16"]
@@ -224,6 +234,8 @@ class Tuning:
     choices: tuple[Choice, ...]
     #: "vllm" (in process: the llm values are used) or "remote" (they are not)
     llm_engine: str = "vllm"
+    #: when the audio turn model runs in a pause ("words" or "pause"; ``turn.model_start``)
+    turn_model_start: str = "words"
 
     def llm(self, cfg: LLMConfig) -> LLMConfig:
         dtype = typing.cast(Dtype, self.dtype)
@@ -281,11 +293,27 @@ def choose_llm_threads(cpu: CPUInfo, configured: int) -> Choice:
     return Choice("llm.threads", cpu.cores // 2, Source.MACHINE, f"{cpu.cores} cores: half of them")
 
 
+#: classes whose Whisper decode is fastest with one CTranslate2 thread, and that start the
+#: turn model at the pause (beside the decode) rather than after the words
+_SLOW_CLASSES = (CPUClass.AVX2, CPUClass.OLDER)
+
+
 def choose_asr_threads(cpu: CPUInfo, configured: int) -> Choice:
     if configured > 0:
         return Choice("asr.cpu_threads", configured, Source.CONFIG, "set in the config")
-    threads = 1 if cpu.cores == 1 else 2
-    return Choice("asr.cpu_threads", threads, Source.MACHINE, f"{cpu.cores} core{'s' * (cpu.cores > 1)}")
+    if cpu.cores == 1:
+        return Choice("asr.cpu_threads", 1, Source.MACHINE, "1 core")
+    if cpu.cpu_class in _SLOW_CLASSES:
+        return Choice("asr.cpu_threads", 1, Source.MACHINE, f"{cpu.cpu_class}: 1 thread decodes faster")
+    return Choice("asr.cpu_threads", 2, Source.MACHINE, f"{cpu.cores} cores")
+
+
+def choose_turn_model_start(cpu: CPUInfo, configured: str) -> Choice:
+    if configured != "auto":
+        return Choice("turn.model_start", configured, Source.CONFIG, "set in the config")
+    if cpu.cpu_class in _SLOW_CLASSES and cpu.cores > 1:
+        return Choice("turn.model_start", "pause", Source.MACHINE, f"{cpu.cpu_class}: words come late")
+    return Choice("turn.model_start", "words", Source.MACHINE, f"{cpu.cpu_class}: words come in time")
 
 
 def choose_block(cpu: CPUInfo, configured: int) -> Choice:
@@ -299,7 +327,7 @@ def choose_block(cpu: CPUInfo, configured: int) -> Choice:
     )
 
 
-def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig) -> Tuning:
+def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig, turn: TurnConfig | None = None) -> Tuning:
     """Every machine-dependent setting for ``cpu``; explicit config values win. With the
     remote LLM engine the ``llm.*`` values are resolved all the same (the remote server has
     its own) but left out of :attr:`Tuning.choices`, so the log line names only what is used."""
@@ -307,7 +335,10 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig) -> Tuning:
     threads = choose_llm_threads(cpu, llm.threads)
     asr_threads = choose_asr_threads(cpu, asr.cpu_threads)
     block = choose_block(cpu, llm.kv_block_tokens)
+    start = choose_turn_model_start(cpu, "auto" if turn is None else turn.model_start)
     used = (dtype, threads, asr_threads, block) if llm.engine == "vllm" else (asr_threads,)
+    if turn is not None and turn.semantic and turn.model != "none":
+        used = (*used, start)
     return Tuning(
         cpu=cpu,
         dtype=str(dtype.value),
@@ -316,6 +347,7 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig) -> Tuning:
         kv_block_tokens=int(block.value),
         choices=used,
         llm_engine=llm.engine,
+        turn_model_start=str(start.value),
     )
 
 

@@ -104,6 +104,10 @@ class SpeculationBudget:
     def for_machine(cls) -> SpeculationBudget:
         return cls(default_speculation_limit())
 
+    @property
+    def has_room(self) -> bool:
+        return not self.limit or self.running < self.limit
+
     def try_acquire(self) -> bool:
         if self.limit and self.running >= self.limit:
             return False

@@ -6,9 +6,10 @@ A thin asyncio adapter; it decides nothing. The session creates one per user tur
 * ``append`` -- every input chunk while the turn may still go on (the machine's
   ``Seal`` stops it), so a continued turn has all its audio, pauses included;
 * ``speculate(speech_end)`` -- a pause began: the speculative final ASR decode and the
-  turn model run in worker threads -- the model once the words are in by default
-  (``turn.model_start: words``; only when the words are neutral: they decide the
-  rest), or at once, in parallel (``pause``); each reports what it found with ``on_evidence``
+  turn model run in worker threads -- the model once the words are in (``turn.model_start:
+  words``, what ``auto`` chooses on AVX-512; only when the words are neutral: they decide the
+  rest), or at once, in parallel (``pause``, chosen on AVX2 while the machine has room);
+  each reports what it found with ``on_evidence``
   (the words' :class:`~vad.end_of_turn.Cue`, or P(complete), or that the model failed
   or was not needed), tagged with the pause, and when it came back (``evidence_at``);
 * ``stop_speculating()`` -- speech resumed: the decode is void, the tasks and any
@@ -126,12 +127,22 @@ class Utterance:
             self.transcriber.speculate()
         model = self._engines.turn is not None and self._cfg.turn.semantic
         audio = self.transcriber.audio()  # what the turn model hears: the utterance up to the pause
-        after_words = model and self._cfg.turn.model_start == "words"
+        after_words = model and self._model_after_words()
         self._evidence = [
             self._spawn(self._words(speech_end, audio if after_words else None), f"words-{self.turn_id}")
         ]
         if model and not after_words:
             self._evidence.append(self._spawn(self._sound(speech_end, audio), f"turn-model-{self.turn_id}"))
+
+    def _model_after_words(self) -> bool:
+        """Run the turn model after the words (else at once, beside the decode): as configured,
+        or for ``auto`` as chosen for the CPU -- at once only while the machine has room (no
+        other session's speculation fills the budget)."""
+        start: str = self._cfg.turn.model_start
+        if start == "auto":
+            tuning = self._engines.tuning
+            start = "words" if tuning is None else tuning.turn_model_start
+        return start == "words" or not self._engines.speculation.has_room
 
     def stop_speculating(self) -> None:
         self.paused = False
