@@ -1,0 +1,141 @@
+"""The speculative reply, before and after: voice-to-voice of complete questions, interleaved.
+
+    .venv/bin/python benchmarks/bench_speculation.py [--reps 3] [--voices en-us+f3,en-gb+m1]
+                                                     [--modes before,after] [--json out.json]
+
+Every complete question of :data:`voice_pipeline.bench.paused.COMPLETE_QUESTIONS` (plus a
+few more) is spoken by espeak-ng in each voice, ``--reps`` times, through the real pipeline
+(Silero, Whisper, the turn model, vLLM, Piper) in its own session, in real time, with the
+modes interleaved question by question so that load on the machine hits both alike:
+
+* ``before`` -- the reply computed after the turn ends, as until 2026-12: the LLM prefetched
+  on the speculative transcript but nothing synthesized ahead (``dialogue.speculative_audio``
+  off), the turn model after the words, 2 Whisper threads;
+* ``after`` -- the defaults: the speculative reply's first chunk synthesized and held during
+  the pause, the turn model and the Whisper threads chosen for the CPU (``auto``).
+
+Per mode: voice-to-voice p50/p95 (ledger; it agrees with the wire within a frame),
+endpointing p50, when the words came back (p50, after the end of speech), how often the
+turn model's verdict was recorded, how often a prepared reply was released and its audio
+was ready before the endpoint. Prints the CPU class first (emulated classes say so); prints
+figures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from speech import espeak
+
+from asr import build_asr
+from voice_pipeline.bench.paused import COMPLETE_QUESTIONS
+from voice_pipeline.config import Config, load_config
+from voice_pipeline.engines import Engines
+from voice_pipeline.ledger import percentile
+from voice_pipeline.machine import this_cpu
+from voice_pipeline.models import prepare_models
+from voice_pipeline.records import TurnRecord
+from voice_pipeline.runner import run_audio
+
+RATE = 16000
+QUESTIONS = (*COMPLETE_QUESTIONS, "Can you recommend a good book?", "How far away is the moon?")
+
+
+def mode_config(base: Config, mode: str) -> Config:
+    if mode == "before":
+        return dataclasses.replace(
+            base,
+            dialogue=dataclasses.replace(base.dialogue, speculative_audio=False),
+            turn=dataclasses.replace(base.turn, model_start="words"),
+        )
+    return base
+
+
+async def one(engines: Engines, cfg: Config, audio: np.ndarray) -> TurnRecord | None:
+    padded = np.concatenate([np.zeros(RATE // 2, np.float32), audio, np.zeros(RATE, np.float32)])
+    res = await run_audio(engines, cfg, padded, RATE, realtime=True)
+    turns = [r for r in res.records if r.user_text]
+    return turns[-1] if turns else None
+
+
+def summary(rows: list[TurnRecord]) -> dict[str, Any]:
+    v2v = [r.stages_ms["voice_to_voice"] for r in rows if "voice_to_voice" in r.stages_ms]
+    ep = [r.stages_ms["endpointing"] for r in rows if "endpointing" in r.stages_ms]
+    eots = [r.end_of_turn for r in rows if r.end_of_turn is not None]
+    words = [e.words_after_ms for e in eots if e.words_after_ms is not None]
+    spec = [r.speculation for r in rows if r.speculation is not None]
+    held = [r.marks_ns for r in rows if "audio_held" in r.marks_ns]
+    ready = [m for m in held if m["audio_held"] <= m["endpoint"]]
+    return {
+        "turns": len(rows),
+        "v2v_p50_ms": round(percentile(v2v, 50)),
+        "v2v_p95_ms": round(percentile(v2v, 95)),
+        "endpointing_p50_ms": round(percentile(ep, 50)),
+        "words_after_speech_end_p50_ms": round(percentile(words, 50)) if words else None,
+        "p_complete_recorded": sum(e.p_complete is not None for e in eots),
+        "released": sum(s.released > 0 for s in spec),
+        "audio_ready_before_endpoint": len(ready),
+        "rules": {rule: sum(e.rule == rule for e in eots) for rule in {e.rule for e in eots}},
+    }
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=2, help="repeats of each question per voice and mode")
+    ap.add_argument("--voices", default="en-us+f3,en-gb+m1", help="espeak-ng voices, comma-separated")
+    ap.add_argument("--modes", default="before,after")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    cpu = this_cpu()
+    print(f"CPU: {cpu.label}", flush=True)
+    base = load_config(None)
+    paths = prepare_models(base, progress=lambda m: None)
+    engines = Engines.load(base, paths, progress=lambda m: print(m, flush=True))
+    await engines.warm_up(base.dialogue.system_prompt)
+    assert engines.tuning is not None
+    # "before" decoded with 2 Whisper threads (the old choice on every class)
+    asr_before = build_asr(dataclasses.replace(engines.tuning.asr(base.asr), cpu_threads=2), paths.asr)
+    modes = args.modes.split(",")
+    rows: dict[str, list[TurnRecord]] = {m: [] for m in modes}
+    for rep in range(args.reps):
+        for voice in args.voices.split(","):
+            for q in QUESTIONS:
+                audio = espeak(q, voice=voice)
+                for mode in modes if rep % 2 == 0 else modes[::-1]:
+                    eng = dataclasses.replace(engines, asr=asr_before) if mode == "before" else engines
+                    rec = await one(eng, mode_config(base, mode), audio)
+                    if rec is None:
+                        print(f"[{mode}] {voice} no turn for {q!r}", flush=True)
+                        continue
+                    rows[mode].append(rec)
+                    eot = rec.end_of_turn
+                    print(
+                        f"[{mode:6}] {voice:9} v2v {rec.stages_ms.get('voice_to_voice', float('nan')):5.0f} "
+                        f"endpointing {rec.stages_ms.get('endpointing', float('nan')):4.0f} "
+                        f"words {eot.words_after_ms if eot else None} rule {eot.rule if eot else None} "
+                        f"p={eot.p_complete if eot else None} {rec.speculation} {q!r}",
+                        flush=True,
+                    )
+    result = {"cpu": cpu.as_dict(), "settings": engines.tuning.settings_label()}
+    for mode in modes:
+        result[mode] = summary(rows[mode])
+        print(f"{mode}: {json.dumps(result[mode])}", flush=True)
+    print(f"CPU: {cpu.label}; {engines.tuning.settings_label()}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
