@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -305,11 +306,14 @@ async def test_serve_counts_audiosocket_calls_in_metrics_and_against_max_session
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), 180)).decode()
         url = line.split("open ", 1)[1].split()[0]
-        while "AudioSocket calls on" not in (
-            said := (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        while not (
+            where := re.search(
+                r"AudioSocket \(TCP 127.0.0.1:(\d+)\): peers 127.0.0.1/32, ::1/128 only",
+                said := (await asyncio.wait_for(proc.stderr.readline(), 30)).decode(),
+            )
         ):
-            assert said, "serve did not say where AudioSocket calls go"
-        port = int(said.rsplit(":", 1)[1])
+            assert said, "serve did not say where AudioSocket calls go, and from whom"
+        port = int(where[1])
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         call = Asterisk(reader, writer)
         try:
