@@ -6,6 +6,8 @@ closed before the error goes up: a failed start leaves no listener behind.
 
 from __future__ import annotations
 
+import os
+
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import VoicePipelineError
@@ -20,7 +22,7 @@ async def start_listening(server: VoiceServer, engines: Engines, cfg: Config) ->
     try:
         await server.start()
     except OSError as exc:
-        raise VoicePipelineError(f"cannot listen on {host}:{cfg.server.port}: {exc.strerror or exc}") from exc
+        raise VoicePipelineError(f"cannot listen on {host}:{cfg.server.port}: {_reason(exc)}") from exc
     port = cfg.telephony.audiosocket_port
     if port is None:
         return None
@@ -30,6 +32,11 @@ async def start_listening(server: VoiceServer, engines: Engines, cfg: Config) ->
     except BaseException as exc:
         await server.aclose()
         if isinstance(exc, OSError):
-            raise VoicePipelineError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+            raise VoicePipelineError(f"cannot listen on {host}:{port}: {_reason(exc)}") from exc
         raise
     return phones
+
+
+def _reason(exc: OSError) -> str:
+    """ "Address already in use", not asyncio's "error while attempting to bind on ..."."""
+    return os.strerror(exc.errno) if exc.errno else str(exc)
