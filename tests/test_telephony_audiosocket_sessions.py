@@ -74,7 +74,7 @@ async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 def slin(audio16k: np.ndarray) -> list[bytes]:
-    """16 kHz float audio as the 20 ms slin16 8 kHz frames Asterisk sends."""
+    """16 kHz float audio as the 20 ms 8 kHz slin frames Asterisk sends."""
     data = to_int16(resample(audio16k, 16000, 8000)).astype("<i2").tobytes()
     return [frame(Kind.SLIN, data[i : i + 320].ljust(320, b"\0")) for i in range(0, len(data), 320)]
 
