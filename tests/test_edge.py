@@ -329,6 +329,9 @@ class Metrics:
     def session_opened(self) -> None:
         self.calls.append("opened")
 
+    def endpoint_opened(self, endpoint: str) -> None:
+        self.calls.append(f"opened on {endpoint}")
+
     def session_closed(self) -> None:
         self.calls.append("closed")
 

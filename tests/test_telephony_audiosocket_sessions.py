@@ -98,6 +98,7 @@ async def test_an_audiosocket_call_is_in_metrics_and_takes_a_session_slot() -> N
         await until(lambda: len(phones.sessions) == 1)
         m = await metrics(voice)
         assert m["sessions_active"] == 1 and m["sessions_total"] == 1
+        assert m['endpoint_sessions_total{endpoint="audiosocket"}'] == 1  # counted per edge like /ws
         assert (await healthz(voice))["sessions_active"] == 1
         assert await ws_close_code(voice) == 1013  # the call holds the only slot
         assert (await metrics(voice))['sessions_refused_total{reason="limit"}'] == 1

@@ -56,6 +56,7 @@ from voice_pipeline.telephony.pacing import Heard, Pacer, SendClear, SendFrame, 
 log = logging.getLogger(__name__)
 
 _KEEP_SESSIONS = 16  # sessions kept for inspection (the latest; each holds ~0.3 MB)
+ENDPOINT = "audiosocket"  # the name its calls are counted under in /metrics
 
 
 class _SlinLine:
@@ -162,6 +163,7 @@ class AudioSocketServer:
                 log.warning("audiosocket: session limit reached; refusing a call")
                 writer.write(frame(Kind.HANGUP))
                 return
+            self.limit.metrics.endpoint_opened(ENDPOINT)
             try:
                 await self._call(reader, writer)
             finally:
