@@ -277,6 +277,9 @@ async def test_serve_with_a_token_on_an_exposed_address_warns_and_talk_needs_the
         assert "warning: 0.0.0.0 is reachable from other machines without TLS" in err, err
         assert "no token is set" not in err  # it is set
         assert "?token=<the token>" in err
+        # which endpoints are open, and to whom: /twilio has no credential on this exposed server
+        assert "/ws, /v1/realtime: any machine that can reach 0.0.0.0; with the token (--token)" in err
+        assert "/twilio: any machine that can reach 0.0.0.0; nobody: refused (HTTP 403)" in err
         assert token not in err + line + rest  # the token is never printed
     finally:
         if proc.returncode is None:
