@@ -136,3 +136,11 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     return cert, key
+
+
+def pytest_report_header() -> str:
+    """The CPU class the figures the tests print were taken on, and how busy it was."""
+    from voice_pipeline.machine import this_cpu
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"machine: {this_cpu().label}; load average {load} (1, 5, 15 min)"

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -276,6 +277,9 @@ async def test_serve_with_a_token_on_an_exposed_address_warns_and_talk_needs_the
         assert "warning: 0.0.0.0 is reachable from other machines without TLS" in err, err
         assert "no token is set" not in err  # it is set
         assert "?token=<the token>" in err
+        # which endpoints are open, and to whom: /twilio has no credential on this exposed server
+        assert "/ws, /v1/realtime: any machine that can reach 0.0.0.0; with the token (--token)" in err
+        assert "/twilio: any machine that can reach 0.0.0.0; nobody: refused (HTTP 403)" in err
         assert token not in err + line + rest  # the token is never printed
     finally:
         if proc.returncode is None:
@@ -305,11 +309,14 @@ async def test_serve_counts_audiosocket_calls_in_metrics_and_against_max_session
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), 180)).decode()
         url = line.split("open ", 1)[1].split()[0]
-        while "AudioSocket calls on" not in (
-            said := (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        while not (
+            where := re.search(
+                r"AudioSocket \(TCP 127.0.0.1:(\d+)\): peers 127.0.0.1/32, ::1/128 only",
+                said := (await asyncio.wait_for(proc.stderr.readline(), 30)).decode(),
+            )
         ):
-            assert said, "serve did not say where AudioSocket calls go"
-        port = int(said.rsplit(":", 1)[1])
+            assert said, "serve did not say where AudioSocket calls go, and from whom"
+        port = int(where[1])
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         call = Asterisk(reader, writer)
         try:

@@ -156,6 +156,35 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         load_budget(tmp_path / "nope.yaml")
 
 
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (b"250: x\n", "key 250 is not a string"),
+        (b"on: true\n", "key True is not a string (YAML reads on/off/yes/no as booleans: quote it)"),
+        (b"server:\n  allowed_origins: [a]\n  no: 1\n", "key False in server is not a string"),
+        (b"vad:\n  threshold: 0.5  # caf\xe9\n", "not UTF-8 text (byte 0xe9 on line 2)"),
+        (b"\xff\xfev\x00a\x00d\x00", "not UTF-8 text (byte 0xff on line 1)"),  # UTF-16
+    ],
+)
+def test_a_file_that_is_not_utf8_or_has_a_non_string_key_is_one_line_naming_file_and_key(
+    tmp_path: Path, budget_file: Path, text: bytes, needle: str
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_bytes(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, budget_file)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and needle in message and "\n" not in message, message
+    with pytest.raises(ConfigError, match=r"not a string|not UTF-8"):
+        load_budget(path)  # the budget file is read the same way
+
+
+def test_invalid_yaml_is_one_line_with_where(tmp_path: Path, budget_file: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "vad: [unclosed\n"), budget_file)
+    assert "invalid YAML" in str(info.value) and "line 2" in str(info.value) and "\n" not in str(info.value)
+
+
 # ---------------------------------------------------------------- budgets
 
 BUDGET_FILES: list[tuple[str, dict[str, float]]] = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import resource
+import typing
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -86,18 +87,36 @@ async def interrupted(
     return result, events
 
 
-def test_reply_audio_stops_within_budget_after_the_onset(
+def test_reply_audio_stops_at_the_flush_after_the_onset(
     interrupted: tuple[RunResult, Events], interruption_input: tuple[np.ndarray, float], config: Config
 ) -> None:
+    """In order, on OUT's timeline (what the listener heard) and the ledger's: the reply was
+    playing, the question began, the barge-in was detected on it, the flush was sent, and
+    from the flush nothing more of the reply was heard until the new answer. How long the
+    stop took is printed (the budget is the benchmarks' to measure: bench, docs/bench.md)."""
     result, _ = interrupted
     _, onset_s = interruption_input
     rate = result.output_rate_hz
-    onset = int(onset_s * rate)
-    assert np.any(result.output[onset - rate // 2 : onset] != 0), "the reply was not playing at the onset"
-    stop = silent_run_start(result.output, onset, rate // 5)
-    stop_ms = (stop - onset) / rate * 1000
-    # OUT's timeline is real time here; 32 ms is one VAD frame of detection granularity
-    assert stop_ms <= config.budget.barge_in_stop_ms + 32, stop_ms
+    first, second = (typing.cast(dict[str, dict[str, float]], t) for t in result.turns[:2])
+    # marks in ms on the input's timeline, which OUT shares
+    flush_s, detected_s = first["marks"]["flush_sent"] / 1000, first["marks"]["barge_in_onset"] / 1000
+    answer_s = second["marks"]["first_audio_sent"] / 1000
+    assert np.any(result.output[: int(onset_s * rate)] != 0), "the reply was not playing before the onset"
+    assert detected_s <= flush_s < answer_s, (detected_s, flush_s, answer_s)
+    # the barge-in was detected on the question, not before it (the VAD's pre-roll and
+    # frame: a little before its first loud sample at most)
+    assert onset_s - (config.vad.pre_roll_ms + 100) / 1000 <= detected_s, (onset_s, detected_s)
+    # (the marks are rounded to 0.1 ms on a timeline the output places audio on to the sample)
+    after_flush = result.output[int(np.ceil((flush_s + 0.005) * rate)) : int((answer_s - 0.005) * rate)]
+    assert len(after_flush) and not np.any(after_flush), "reply audio was heard after the flush"
+    stop = silent_run_start(result.output, int(onset_s * rate), rate // 5)
+    print(
+        f"barge-in: onset {onset_s:.3f} s, detected {detected_s:.3f} s, flush {flush_s:.3f} s; "
+        f"audio stopped {(stop / rate - onset_s) * 1000:.0f} ms after the onset "
+        f"(ledger barge_in_stop {first['stages_ms']['barge_in_stop']:.0f} ms, "
+        f"budget {config.budget.barge_in_stop_ms:.0f} ms)"
+    )
+    assert stop / rate <= flush_s + 0.05  # silent from the flush on (output rounding)
 
 
 def test_history_keeps_only_what_was_heard(interrupted: tuple[RunResult, Events]) -> None:
@@ -231,12 +250,12 @@ async def test_a_hundred_interruptions_in_one_session(engines: Engines, config: 
         # interrupt at a random point: while the LLM streams, while TTS runs, or while "playing"
         await asyncio.sleep(float(rng.uniform(0.0, 0.6)))
         session.interrupt()
-        for _ in range(200):
+        for _ in range(3000):  # up to 30 s: catches a hang, not a slow or busy machine
             if i in transport.completed:
                 break
             await asyncio.sleep(0.01)
         assert i in transport.completed, f"turn {i} never completed"
-    for _ in range(100):  # a prefill of the cut history may still be on its way (dialogue.prefill_ahead)
+    for _ in range(600):  # a prefill of the cut history may still be on its way (dialogue.prefill_ahead)
         if session.unfinished_tasks() == 0:
             break
         await asyncio.sleep(0.05)

@@ -192,14 +192,23 @@ async def test_a_reply_started_but_not_heard_is_dropped_and_the_turn_merged(
 ) -> None:
     """The first part sounds finished ("What is the capital of France?") and the LLM is
     already answering it when the user goes on ("and of Germany?"): one turn, both parts
-    in one user message, the first request aborted."""
+    in one user message, the first request aborted.
+
+    The gap is set by the config, not by how fast this machine is: after it, the turn has
+    ended by every rule but "incomplete" (unsure_silence_ms, plus ~0.1 s of VAD hangover),
+    and it is shorter than the earliest the continuation grace can run out (the reply's
+    first audio comes after an end of turn, at least vad.end_silence_ms into the pause)."""
     first, second = espeak("What is the capital of France?"), espeak("And of Germany?")
-    # 0.45 s after the end of speech: the turn has ended (short wait ~0.3 s), the reply is not audible yet
-    audio = np.concatenate([first, np.zeros(round(0.45 * RATE), np.float32), second])
+    ended_by_s = config.turn.unsure_silence_ms / 1000 + 0.1
+    grace_from_s = (config.vad.end_silence_ms + config.turn.continuation_grace_ms) / 1000
+    gap_s = (ended_by_s + grace_from_s) / 2
+    assert ended_by_s + 0.1 < gap_s < grace_from_s - 0.1, (ended_by_s, gap_s, grace_from_s)
+    audio = np.concatenate([first, np.zeros(round(gap_s * RATE), np.float32), second])
     res = await speak(engines, config, audio)
     turns = [r for r in res.records if r.user_text]
     assert len(turns) == 1, [r.user_text for r in res.records]
     rec = turns[0]
+    print(f"gap {gap_s:.2f} s: {rec.continuations} continuation(s), {rec.user_text!r}")
     assert rec.continuations >= 1
     assert "germany" in normalize(rec.user_text) and "france" in normalize(rec.user_text)
     assert [m.content for m in res.history if m.role == "user"] == [rec.user_text]

@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 import pytest
 from fakes import Fakes, silence, tone
 from rtclient import RealtimeClient, b64, pcm16, realtime
@@ -25,6 +26,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from wsclient import voice_client
 
 from voice_pipeline.config import Config, load_config
+from voice_pipeline.edge import SessionScope
+from voice_pipeline.errors import ClosedError
+from voice_pipeline.realtime.connection import RealtimeConnection
 from voice_pipeline.server.app import VoiceServer
 
 REPLY = "The answer is forty two. That is all I know."
@@ -209,3 +213,35 @@ async def test_metrics_count_realtime_sessions_and_turns() -> None:
         text = await asyncio.to_thread(get, f"http://127.0.0.1:{srv.port}/metrics")
         assert 'voice_pipeline_endpoint_sessions_total{endpoint="realtime"} 1' in text
         assert "voice_pipeline_turns_total 1" in text
+
+
+async def test_the_session_runs_on_the_shared_edge_scope() -> None:
+    """/v1/realtime is on the shared edge (voice_pipeline.edge.SessionScope), like /ws: the
+    scope owns the connection's session; any client event, not only audio, moves its idle
+    deadline; a client that goes quiet is closed (1000, idle) a full idle_timeout_s after its
+    last event, and the scope closes the session with the connection."""
+    async with server(idle_timeout_s=1.0) as (srv, _):
+        loop = asyncio.get_running_loop()
+        async with connect(url(srv)) as ws:
+            assert (await raw_events(ws, 1))[0]["type"] == "session.created"
+            (conn,) = [c for c in srv.connections if isinstance(c, RealtimeConnection)]
+            assert isinstance(conn.scope, SessionScope) and conn.scope.session is conn.session
+            assert conn.scope.session_id == conn.session_id  # one id in the log and the protocol
+            until = loop.time() + 1.5  # events past the first deadline (1 s): it moved on
+            while loop.time() < until:
+                await asyncio.sleep(0.1)
+                await ws.send(json.dumps({"type": "session.update", "session": {"type": "realtime"}}))
+                last = loop.time()
+            with pytest.raises(ConnectionClosed):
+                async with asyncio.timeout(30):
+                    while True:
+                        await ws.recv()
+            closed_at = loop.time()
+        assert ws.close_code == 1000 and ws.close_reason == "idle: no client event for 1 s"
+        assert closed_at >= last + 1.0 - 0.05, closed_at - last
+        print(f"closed as idle {closed_at - last:.3f} s after the last client event")
+        async with asyncio.timeout(10):
+            while srv.connections:  # noqa: ASYNC110 -- the handler returns after the close
+                await asyncio.sleep(0.01)
+        with pytest.raises(ClosedError):  # the scope closed the session
+            await conn.session.push_audio(np.zeros(160, dtype=np.float32))

@@ -95,8 +95,10 @@ async def test_ws_needs_the_token_in_the_header_or_the_query(engines: Engines, c
         # the demo page and /healthz need no token (the page reads it from its own URL)
         for path in ("", "healthz"):
             assert (await http_get(srv.url + path))[0] == 200
-        # /twilio is guarded by the customParameters token, not by this one
-        assert await handshake_status(ws_url(srv, "/twilio")) == 101
+        # /twilio takes no bearer token: with no Twilio credential configured, a server with a
+        # token refuses its anonymous calls (tests/test_security_twilio.py: the signed ones)
+        assert await handshake_status(ws_url(srv, "/twilio")) == 403
+        assert await handshake_status(ws_url(srv, "/twilio") + f"?token={TOKEN}") == 403
 
 
 # ------------------------------------------------------------ message size limits

@@ -1,6 +1,6 @@
 """Asterisk AudioSocket end to end with the real models: a simulated Asterisk over TCP.
 
-The client sends the call's UUID, then slin16 8 kHz audio in 20 ms frames (320
+The client sends the call's UUID, then 8 kHz slin (16-bit linear) audio in 20 ms frames (320
 bytes) at real-time pace, always (espeak-ng speech, else silence), and records
 the frames the server sends back with their arrival times.
 """

@@ -74,7 +74,7 @@ async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 
 def slin(audio16k: np.ndarray) -> list[bytes]:
-    """16 kHz float audio as the 20 ms slin16 8 kHz frames Asterisk sends."""
+    """16 kHz float audio as the 20 ms 8 kHz slin frames Asterisk sends."""
     data = to_int16(resample(audio16k, 16000, 8000)).astype("<i2").tobytes()
     return [frame(Kind.SLIN, data[i : i + 320].ljust(320, b"\0")) for i in range(0, len(data), 320)]
 
@@ -98,6 +98,7 @@ async def test_an_audiosocket_call_is_in_metrics_and_takes_a_session_slot() -> N
         await until(lambda: len(phones.sessions) == 1)
         m = await metrics(voice)
         assert m["sessions_active"] == 1 and m["sessions_total"] == 1
+        assert m['endpoint_sessions_total{endpoint="audiosocket"}'] == 1  # counted per edge like /ws
         assert (await healthz(voice))["sessions_active"] == 1
         assert await ws_close_code(voice) == 1013  # the call holds the only slot
         assert (await metrics(voice))['sessions_refused_total{reason="limit"}'] == 1

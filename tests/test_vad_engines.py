@@ -1,5 +1,7 @@
 """The real VAD engines (Silero ONNX, WebRTC) on real espeak-ng speech, and the
-Endpointer driven by them. Nothing is skipped: the models ship in pip wheels."""
+Endpointer driven by them. Nothing is skipped: the models ship in pip wheels. The
+tests that load the Silero model are marked ``real_models``; the model-file and
+argument checks are not."""
 
 from __future__ import annotations
 
@@ -88,6 +90,7 @@ IDS = [f"{e}-{r // 1000}k" for e, r in ENGINE_RATES]
 # ------------------------------------------------------------------ scoring
 
 
+@pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize(("engine", "rate"), ENGINE_RATES, ids=IDS)
 def test_speech_scores_high_and_silence_low(
     engine: str, rate: int, vad_engines: dict[tuple[str, int], VAD],
@@ -114,6 +117,7 @@ def test_speech_scores_high_and_silence_low(
     assert probs[after].max() < 0.2
 
 
+@pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize(("engine", "rate"), ENGINE_RATES, ids=IDS)
 def test_chunking_does_not_change_the_scores(
     engine: str, rate: int, vad_engines: dict[tuple[str, int], VAD],
@@ -130,6 +134,7 @@ def test_chunking_does_not_change_the_scores(
     np.testing.assert_allclose(ragged, whole, rtol=0, atol=1e-6)
 
 
+@pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize(("engine", "rate"), ENGINE_RATES, ids=IDS)
 def test_streams_are_independent_and_reset_restores_a_fresh_stream(
     engine: str, rate: int, vad_engines: dict[tuple[str, int], VAD],
@@ -158,6 +163,7 @@ def test_streams_are_independent_and_reset_restores_a_fresh_stream(
 # ------------------------------------------------------------------ endpointing
 
 
+@pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize(("engine", "rate"), ENGINE_RATES, ids=IDS)
 def test_endpointer_finds_two_turns_at_the_true_speech_ends(
     engine: str, rate: int, vad_engines: dict[tuple[str, int], VAD],
@@ -197,6 +203,7 @@ def test_endpointer_finds_two_turns_at_the_true_speech_ends(
 # ------------------------------------------------------------------ construction and errors
 
 
+@pytest.mark.real_models  # loads the Silero model
 def test_factory_builds_both_engines() -> None:
     assert isinstance(build_vad(VADConfig(engine="webrtc"), 8000), WebRTCVAD)
     silero = build_vad(VADConfig(engine="silero"), 16000)
@@ -205,12 +212,14 @@ def test_factory_builds_both_engines() -> None:
     silero.close()
 
 
+@pytest.mark.real_models  # loads the Silero model
 def test_silero_frame_sizes() -> None:
     assert SileroVAD(VADConfig(), 8000, None).frame_samples == 256
     assert WebRTCVAD(VADConfig(), 8000).frame_samples == 240
     assert WebRTCVAD(VADConfig(), 16000).frame_samples == 480
 
 
+@pytest.mark.real_models  # loads the Silero model
 def test_building_silero_does_not_import_torch_or_silero_vad() -> None:
     code = (
         "import sys\n"
@@ -255,6 +264,7 @@ def test_unsupported_rate_is_a_config_error(rate: int) -> None:
             WebRTCVAD(VADConfig(), rate)
 
 
+@pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize("engine", ENGINES)
 def test_non_mono_audio_is_an_input_error(
     engine: str, vad_engines: dict[tuple[str, int], VAD]
@@ -264,6 +274,7 @@ def test_non_mono_audio_is_an_input_error(
         stream.push(np.zeros((2, 480), dtype=np.float32))
 
 
+@pytest.mark.real_models  # loads the Silero model
 def test_a_closed_silero_engine_refuses_to_score() -> None:
     vad = SileroVAD(VADConfig(), 16000, None)
     stream = vad.stream()

@@ -35,7 +35,7 @@ own lateness. The rule that ended a turn (:class:`Rule`) goes into its ledger re
 
 Limits, on purpose: the word lists are English; synthetic voices (espeak-ng, Piper)
 end every fragment with a falling, final-sounding contour, so on such speech the
-model says "complete" and only the words can hold the turn open (MEASURED.md); a
+model says "complete" and only the words can hold the turn open (measured, 2026-11); a
 pause after a grammatically complete clause ("The thing is, I don't really know ...
 what to cook") is left to the sound and, failing that, to continuation
 (:mod:`voice_pipeline.turnstate`).

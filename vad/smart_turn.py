@@ -20,7 +20,7 @@ Input, as the model was trained (verified against transformers'
 Output: ``[1, 1]``, P(complete), already through a sigmoid.
 
 Cost: one call is a Whisper-tiny-sized encoder over 8 s, 150-170 ms on one
-onnxruntime thread on a 2-core AVX2 EPYC (MEASURED.md); the session runs it in a
+onnxruntime thread on a 2-core AVX2 EPYC (2026-11); the session runs it in a
 worker thread from the first silent frame of a pause, in parallel with the
 speculative ASR decode, so it hides in the silence that has to pass anyway.
 Thread-safe: one instance serves every session (onnxruntime's ``run`` is).

@@ -18,10 +18,8 @@ from voice_pipeline.config import Config, load_config
 from voice_pipeline.errors import ConfigError, VoicePipelineError
 
 if TYPE_CHECKING:
-    from voice_pipeline.edge import SessionLimit
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import ModelPaths
-    from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 
 
 EXAMPLE = "example_questions.wav"
@@ -48,7 +46,8 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE",
-        help="YAML config (sections vad, turn, asr, llm, tts, barge_in, audio, models, server, budget)",
+        help="YAML config (sections vad, turn, asr, llm, dialogue, tts, barge_in, audio, models, server, "
+        "telephony, budget)",
     )
     p.add_argument(
         "--budget",
@@ -250,6 +249,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from voice_pipeline.audio import read_audio
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import prepare_models
+    from voice_pipeline.preflight import check_outputs
     from voice_pipeline.report import format_summary, format_turn
     from voice_pipeline.runner import EchoPath, run_audio, write_output, write_report
 
@@ -258,6 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--echo-db simulates a room in real time; it cannot be combined with --fast")
     input_path = args.input or _example_path()
     raw, in_rate = read_audio(input_path)  # bad input fails before any model loads
+    check_outputs(("--output", args.output), ("--report", args.report))  # ... and unwritable outputs
     paths = prepare_models(cfg, progress=_stderr)
     engines = Engines.load(cfg, paths, _stderr)
     mode = "as fast as possible" if args.fast else "in real time"
@@ -312,21 +313,6 @@ def _server_config(args: argparse.Namespace, cfg: Config) -> Config:
     return dataclasses.replace(cfg, server=server, telephony=telephony)
 
 
-async def _start_audiosocket(engines: Engines, cfg: Config, limit: SessionLimit) -> AudioSocketServer | None:
-    from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
-
-    port = cfg.telephony.audiosocket_port
-    if port is None:
-        return None
-    phones = AudioSocketServer(engines, cfg, cfg.server.host, port, limit=limit)  # /ws's limit and metrics
-    try:
-        await phones.start()
-    except OSError as exc:
-        raise VoicePipelineError(f"cannot listen on {cfg.server.host}:{port}: {exc.strerror or exc}") from exc
-    _stderr(f"AudioSocket calls on {cfg.server.host}:{phones.port}")
-    return phones
-
-
 def _floors(engines: Engines, paths: ModelPaths) -> dict[str, object] | None:
     """Memory bandwidth and matmul rate measured now, and the LLM link's floors from them
     (``machine.floors`` in /healthz: bench reports print them beside the figures)."""
@@ -347,9 +333,13 @@ def _floors(engines: Engines, paths: ModelPaths) -> dict[str, object] | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import prepare_models
+    from voice_pipeline.preflight import check_ports
     from voice_pipeline.server.app import VoiceServer, exposure_warnings, is_loopback
+    from voice_pipeline.server.endpoints import endpoint_summary
+    from voice_pipeline.server.listen import start_listening
 
     cfg = _server_config(args, _config(args))
+    check_ports(cfg)  # a port in use fails now, not after loading the models
     paths = prepare_models(cfg, progress=_stderr)
     engines = Engines.load(cfg, paths, _stderr)
 
@@ -361,13 +351,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _stderr(f"warmed up in {time.monotonic() - t0:.1f} s")
             server = VoiceServer(engines, cfg)
             server.machine["floors"] = await asyncio.to_thread(_floors, engines, paths)
-            try:
-                await server.start()
-            except OSError as exc:
-                raise VoicePipelineError(
-                    f"cannot listen on {cfg.server.host}:{cfg.server.port}: {exc.strerror or exc}"
-                ) from exc
-            phones = await _start_audiosocket(engines, cfg, server.limit)
+            phones = await start_listening(server, engines, cfg)  # AudioSocket failed: none listens
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -380,6 +364,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 )
             for warning in exposure_warnings(cfg.server):
                 _stderr(f"warning: {warning}")
+            _stderr("\n".join(endpoint_summary(cfg, None if phones is None else phones.port)))
             if cfg.server.auth_token:
                 _stderr(f"note: /ws requires the token; in a browser open {server.url}?token=<the token>")
             try:

@@ -10,7 +10,6 @@ fields of :class:`Config`), then the defaults below. Stage budgets come from
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.telephony_config import TelephonyConfig as TelephonyConfig  # re-exported
+from voice_pipeline.telephony_config import check_networks
+from voice_pipeline.telephony_config import validate_telephony as validate_telephony
 from voice_pipeline.typed_yaml import build, read_yaml
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -326,19 +328,6 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class TelephonyConfig:
-    """The phone edges ``voice-pipeline serve`` runs beside /ws: Twilio Media Streams on
-    /twilio and Asterisk AudioSocket over TCP (docs/protocol.md, SECURITY.md)."""
-
-    #: /twilio: the customParameters "token" a Media Stream must carry (None = no check)
-    twilio_token: str | None = None
-    #: Asterisk AudioSocket calls on this TCP port (same host; None = off, 0 = any free)
-    audiosocket_port: int | None = None
-    #: AudioSocket peers allowed to connect (addresses or CIDR networks)
-    audiosocket_allowed_peers: tuple[str, ...] = ("127.0.0.1/32", "::1/128")
-
-
-@dataclass(frozen=True, slots=True)
 class Config:
     vad: VADConfig = field(default_factory=VADConfig)
     turn: TurnConfig = field(default_factory=TurnConfig)
@@ -484,18 +473,4 @@ def validate_server(s: ServerConfig) -> None:
         raise ConfigError("server.max_new_sessions_per_ip_per_min: must be >= 0 (0 = no limit)")
     if (s.certfile is None) != (s.keyfile is None):
         raise ConfigError("server: certfile and keyfile go together (TLS needs both)")
-    _check_networks("server.trusted_proxies", s.trusted_proxies)
-
-
-def validate_telephony(t: TelephonyConfig) -> None:
-    if t.audiosocket_port is not None and not 0 <= t.audiosocket_port <= 65535:
-        raise ConfigError("telephony.audiosocket_port: must be 0..65535")
-    _check_networks("telephony.audiosocket_allowed_peers", t.audiosocket_allowed_peers)
-
-
-def _check_networks(key: str, values: tuple[str, ...]) -> None:
-    for peer in values:
-        try:
-            ipaddress.ip_network(peer, strict=False)
-        except ValueError:
-            raise ConfigError(f"{key}: {peer!r} is not an address or network") from None
+    check_networks("server.trusted_proxies", s.trusted_proxies)

@@ -7,7 +7,7 @@ explicitly in the config always wins; only the ``auto`` values (``llm.dtype: aut
 ``llm.threads: 0``, ``llm.kv_block_tokens: 0``, ``asr.cpu_threads: 0``) are chosen here.
 :func:`this_cpu` is the only function that reads the machine (once, cached).
 
-The rules, and what they rest on (MEASURED.md, README "Thread budgets"):
+The rules, and what they rest on (README "Thread budgets"; measurements on 2-core EPYCs, 2026-11):
 
 ============================  ==========================================================
 ``llm.dtype``                 bfloat16 only where the CPU computes it natively

@@ -86,11 +86,33 @@ def build(cls: type[Any], data: Any, where: str) -> Any:
 
 
 def read_yaml(path: Path) -> Any:
+    """The file's YAML; ConfigError if unreadable, not UTF-8, not YAML, or if a mapping has
+    a key that is not a string (``250:``; ``on:``, ``no:`` are booleans in YAML 1.1)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} on line {line})"
+        ) from None
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from exc
+    _check_keys(data, path, "")
+    return data
+
+
+def _check_keys(data: Any, path: Path, where: str) -> None:
+    if isinstance(data, list):
+        for i, item in enumerate(data):
+            _check_keys(item, path, f"{where}[{i}]")
+    if not isinstance(data, dict):
+        return
+    for key, value in data.items():
+        if not isinstance(key, str):
+            hint = " (YAML reads on/off/yes/no as booleans: quote it)" if isinstance(key, bool) else ""
+            raise ConfigError(f"{path}: key {key!r}{' in ' + where if where else ''} is not a string{hint}")
+        _check_keys(value, path, f"{where}.{key}" if where else key)

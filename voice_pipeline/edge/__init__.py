@@ -96,6 +96,8 @@ class EdgeMetrics(Protocol):
 
     def session_opened(self) -> None: ...
 
+    def endpoint_opened(self, endpoint: str) -> None: ...
+
     def session_closed(self) -> None: ...
 
     def session_refused(self, reason: str) -> None: ...
@@ -106,6 +108,9 @@ class _NoMetrics:
         pass
 
     def session_opened(self) -> None:
+        pass
+
+    def endpoint_opened(self, endpoint: str) -> None:
         pass
 
     def session_closed(self) -> None:

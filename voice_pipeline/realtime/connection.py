@@ -22,6 +22,11 @@ Every client event that cannot be carried out is answered with an ``error`` even
 in the protocol's shape and the session goes on; an unexpected exception while
 carrying one out is logged and answered with a ``server_error`` (never a crash).
 No client event for ``server.idle_timeout_s`` closes the connection (1000, ``idle``).
+
+The session, its idle deadline and its close are the shared edge's
+(:class:`~voice_pipeline.edge.SessionScope`, as on ``/ws``, ``/twilio`` and
+AudioSocket): on this protocol every client event counts as activity, and the
+scope closes the session, then the transcriptions, then the writer.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.audio import Float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
-from voice_pipeline.edge import EdgeMetrics
+from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
 from voice_pipeline.edge.outbound import Outbound, bound_send_buffer
 from voice_pipeline.engines import Engines
 from voice_pipeline.models import LLM_DIR
@@ -141,9 +146,19 @@ class RealtimeConnection:
         self._out.on_audio_sent = self.transport.audio_sent
         # partial transcripts are never sent on this protocol: they would only cost CPU
         session_cfg = dataclasses.replace(cfg, asr=dataclasses.replace(cfg.asr, partial_interval_ms=0))
-        self.session = Session(engines, session_cfg, self.transport, clock=clock, context=self.bridge.context)
+        self.scope = SessionScope(engines, cfg, clock=clock, label="realtime session")
+        self.scope.session_id = self.session_id  # one id in the log and in session.created
+        self.scope.adopt(
+            Session(engines, session_cfg, self.transport, clock=clock, context=self.bridge.context)
+        )
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closed = False
+        self.scope.close_after(self._cancel_tasks)
+        self.scope.close_after(self._out.aclose)
+
+    @property
+    def session(self) -> Session:
+        assert self.scope.session is not None  # adopted at construction
+        return self.scope.session
 
     @property
     def outbound(self) -> Outbound:
@@ -155,26 +170,18 @@ class RealtimeConnection:
         self._steer(self.bridge.steering())
         self.transport.send(self.bridge.created())
         log.info("realtime session %s started", self.session_id)
-        try:
-            await self._serve()
-        except ConnectionClosed:
-            pass
-        except Exception:
-            log.exception("realtime session %s failed", self.session_id)
-            await self._ws.close(1011, "internal server error")
-        finally:
-            await self.aclose()
+        await self.scope.run(self._serve, gone=(ConnectionClosed,), on_error=self._failed)
+
+    async def _failed(self) -> None:
+        await self._ws.close(1011, "internal server error")
 
     async def _serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        idle_s = self._cfg.server.idle_timeout_s
         while True:
-            try:
-                async with asyncio.timeout_at(loop.time() + idle_s):
-                    data = await self._ws.recv()
-            except TimeoutError:
-                await self._ws.close(IDLE_CLOSE_CODE, f"idle: no client event for {idle_s:g} s")
+            data = await self.scope.receive(self._ws.recv)
+            if data is IDLE:
+                await self._ws.close(IDLE_CLOSE_CODE, f"idle: no client event for {self.scope.idle_s:g} s")
                 return
+            self.scope.active()  # on this protocol every client event is activity
             await self._on_frame(data)
 
     async def _on_frame(self, data: str | bytes) -> None:
@@ -256,14 +263,12 @@ class RealtimeConnection:
         """Close the WebSocket (the session is closed as :meth:`run` returns)."""
         await self._ws.close(code, reason)
 
-    async def aclose(self) -> None:
-        """Close the session (cancelling its turns), the transcriptions and the writer. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    async def _cancel_tasks(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.session.aclose()
-        await self._out.aclose()
+
+    async def aclose(self) -> None:
+        """Close the session (cancelling its turns), the transcriptions and the writer. Idempotent."""
+        await self.scope.aclose()

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
+from voice_pipeline.edge import Drained, drain_until
 from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.edge.playback import ListenerTimeline
 from voice_pipeline.realtime.bridge import OUTPUT_RATE_HZ, RealtimeBridge
@@ -32,8 +33,6 @@ from voice_pipeline.realtime.server_events import AudioDelta, ServerEvent, Serve
 from voice_pipeline.transport import trim_turns
 
 log = logging.getLogger(__name__)
-
-_MIN_WAIT_S = 0.01
 
 
 class RealtimeTransport:
@@ -102,17 +101,15 @@ class RealtimeTransport:
 
     async def drain(self, turn_id: int) -> None:
         """Wait until the listener has (by the estimate) played all of ``turn_id`` sent so
-        far, at most the audio's duration plus ``drain_grace_s``."""
-        deadline: int | None = None
-        while not self._out.closed:
-            now = self._clock()
-            left = self._out.audio_queued_for(turn_id) + self.timeline.remaining(turn_id, now)
-            if left <= 0:
-                return
-            left_s = left / OUTPUT_RATE_HZ
-            if deadline is None:
-                deadline = now + round((left_s + self._grace_s) * 1e9)
-            if now >= deadline:
-                log.info("turn %d: playback did not end in time; going on", turn_id)
-                return
-            await self._out.changed(max(_MIN_WAIT_S, min(left_s, (deadline - now) / 1e9)))
+        far, at most the audio's duration plus ``drain_grace_s`` (the edges' shared
+        :func:`~voice_pipeline.edge.drain_until`)."""
+        outcome = await drain_until(
+            lambda now: self._out.audio_queued_for(turn_id) + self.timeline.remaining(turn_id, now),
+            self._out.changed,
+            closed=lambda: self._out.closed,
+            rate_hz=OUTPUT_RATE_HZ,
+            grace_s=self._grace_s,
+            clock=self._clock,
+        )
+        if outcome is Drained.TIMED_OUT:
+            log.info("turn %d: playback did not end in time; going on", turn_id)

@@ -9,8 +9,12 @@ connection gets its own connection object
 :class:`~voice_pipeline.realtime.connection.RealtimeConnection`, ...) and session.
 Admission, in order: at the HTTP handshake, the client address (:mod:`.ratelimit`)
 must not have opened ``max_new_sessions_per_ip_per_min`` sessions in the last
-minute (else HTTP 429) and, on ``/ws`` and ``/v1/realtime`` with ``auth_token``
-set, the token must match (else HTTP 401); then the Origin must be allowed (else
+minute (else HTTP 429); on ``/ws`` and ``/v1/realtime`` with ``auth_token``
+set, the token must match (else HTTP 401); on ``/twilio``, Twilio's signature must
+be valid when ``telephony.twilio_auth_token`` is set, and a call with no credential
+configured at all is refused on a server with a token or beyond loopback unless
+``telephony.allow_anonymous`` (else HTTP 403; :mod:`~voice_pipeline.telephony.twilio_auth`);
+then the Origin must be allowed (else
 close 1008), the server must not be stopping (1001), and fewer than
 ``max_sessions`` may be connected, whatever the route (else 1013; a realtime
 client gets an ``error`` event first) -- counted over every edge that shares
@@ -67,8 +71,10 @@ from voice_pipeline.server.web import (
     request_token,
     response,
     static_response,
+    text_response,
     unauthorized_response,
 )
+from voice_pipeline.telephony.twilio_auth import SIGNATURE_HEADER, handshake_refusal
 from voice_pipeline.telephony.twilio_connection import TwilioConnection
 
 log = logging.getLogger(__name__)
@@ -79,6 +85,12 @@ REALTIME_PATH = "/v1/realtime"  # the OpenAI Realtime API (voice_pipeline.realti
 #: the name each route's sessions are counted under in /metrics
 ENDPOINTS = {WS_PATH: "ws", TWILIO_PATH: "twilio", REALTIME_PATH: "realtime"}
 SHUTDOWN_REASON = "server shutting down"
+#: why a /twilio handshake was refused (HTTP 403), by its sessions_refused reason
+TWILIO_REFUSALS = {
+    "signature": "no valid X-Twilio-Signature (telephony.twilio_auth_token)",
+    "anonymous": "no credential configured for /twilio (telephony.twilio_auth_token or "
+    "twilio_token), and this server has a token or listens beyond loopback",
+}
 #: seconds the closing handshake may take before the TCP connection is dropped
 CLOSE_TIMEOUT_S = 2.0
 
@@ -263,9 +275,24 @@ class VoiceServer:
                 self.metrics.session_refused("auth")
                 log.warning("refused a session from %s: %s token", client, "no" if given is None else "bad")
                 return unauthorized_response()
+        if path == TWILIO_PATH and (refused := self._twilio_refusal(request)):
+            self.metrics.session_refused(refused)
+            log.warning("refused a /twilio call from %s: %s", client, TWILIO_REFUSALS[refused])
+            return text_response(403, f"403 Forbidden: {TWILIO_REFUSALS[refused]}\n")
         if path == REALTIME_PATH:  # base64 audio events: a larger limit than /ws frames
             connection.protocol.max_message_size = self.max_realtime_message_bytes
         return None
+
+    def _twilio_refusal(self, request: Request) -> str | None:
+        guarded = bool(self._scfg.auth_token) or not self._loopback_only
+        headers = request.headers
+        return handshake_refusal(
+            self._cfg.telephony,
+            guarded=guarded,
+            signature=headers.get(SIGNATURE_HEADER),
+            host=headers.get("Host"),
+            target=request.path,
+        )
 
     # ------------------------------------------------------------ voice sessions
 

@@ -200,7 +200,7 @@ class ServerMetrics:
         self.sessions_total += 1
 
     def endpoint_opened(self, endpoint: str) -> None:
-        """A session opened on this route ("ws", "realtime", "twilio")."""
+        """A session opened on this edge ("ws", "realtime", "twilio", "audiosocket")."""
         self.sessions_by_endpoint[endpoint] = self.sessions_by_endpoint.get(endpoint, 0) + 1
 
     def session_closed(self) -> None:

@@ -7,7 +7,7 @@
 * :mod:`.twilio_transport` -- the Twilio call's transport (µ-law frames, marks, clear).
 * :mod:`.twilio_connection` -- one call on the server's ``/twilio`` WebSocket.
 * :mod:`.audiosocket` -- the Asterisk AudioSocket protocol (pure: a byte parser).
-* :mod:`.audiosocket_server` -- ``serve --audiosocket-port``: TCP calls, paced slin16 out.
+* :mod:`.audiosocket_server` -- ``serve --audiosocket-port``: TCP calls, paced 8 kHz slin out.
 
 Nothing here imports :mod:`voice_pipeline.server`: what both need is in
 :mod:`voice_pipeline.edge` (session scope, session limit, metrics as a protocol) and

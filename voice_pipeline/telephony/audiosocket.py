@@ -22,7 +22,7 @@ from voice_pipeline.errors import RemoteProtocolError
 
 HEADER_BYTES = 3
 RATE_HZ = 8000
-FRAME_BYTES = 320  # 20 ms of 8 kHz slin16
+FRAME_BYTES = 320  # 20 ms of 8 kHz slin (16-bit linear PCM)
 MAX_AUDIO_BYTES = 8192
 
 
@@ -34,7 +34,7 @@ class Kind(enum.IntEnum):
     ERROR = 0xFF
 
 
-#: 0x11-0x18: slin16 at 12, 16, 24, 32, 44.1, 48, 96 and 192 kHz
+#: 0x11-0x18: 16-bit linear PCM at 12, 16, 24, 32, 44.1, 48, 96 and 192 kHz (slin12 ... slin192)
 SLIN_RATES_HZ = {0x10: 8000, 0x11: 12000, 0x12: 16000, 0x13: 24000, 0x14: 32000, 0x15: 44100, 0x16: 48000}
 SLIN_RATES_HZ |= {0x17: 96000, 0x18: 192000}
 

@@ -1,9 +1,9 @@
 """``voice-pipeline serve --audiosocket-port N``: Asterisk AudioSocket calls over TCP.
 
 Each connection is one call (dialplan ``AudioSocket(uuid,host:port)``): the
-UUID frame opens a :class:`~voice_pipeline.session.Session`; slin16 audio
-(8 kHz, or the 0x11-0x18 higher rates) is resampled to the pipeline rate with
-soxr and pushed in; the reply goes out as 20 ms slin16 8 kHz frames (320
+UUID frame opens a :class:`~voice_pipeline.session.Session`; 16-bit linear PCM
+(8 kHz ``slin``, or the 0x11-0x18 higher rates) is resampled to the pipeline rate
+with soxr and pushed in; the reply goes out as 20 ms 8 kHz ``slin`` frames (320
 bytes) paced in real time by :class:`AudioSocketTransport`, at most ``lead_ms``
 ahead of playout. AudioSocket has no marks and no clear: the played position
 is estimated from when each frame was due to play, and a barge-in stops
@@ -56,6 +56,7 @@ from voice_pipeline.telephony.pacing import Heard, Pacer, SendClear, SendFrame, 
 log = logging.getLogger(__name__)
 
 _KEEP_SESSIONS = 16  # sessions kept for inspection (the latest; each holds ~0.3 MB)
+ENDPOINT = "audiosocket"  # the name its calls are counted under in /metrics
 
 
 class _SlinLine:
@@ -162,6 +163,7 @@ class AudioSocketServer:
                 log.warning("audiosocket: session limit reached; refusing a call")
                 writer.write(frame(Kind.HANGUP))
                 return
+            self.limit.metrics.endpoint_opened(ENDPOINT)
             try:
                 await self._call(reader, writer)
             finally:
