@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.telemetry.config import TelemetryConfig
 from voice_pipeline.typed_yaml import build, read_yaml
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -339,6 +340,7 @@ class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     telephony: TelephonyConfig = field(default_factory=TelephonyConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 # ---------------------------------------------------------------- loading

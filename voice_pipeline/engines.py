@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from asr.base import ASREngine
 from llm.base import LLM
@@ -14,6 +15,9 @@ from vad.base import VAD, TurnModel
 from voice_pipeline.config import Config
 from voice_pipeline.machine import Tuning, choose, this_cpu
 from voice_pipeline.models import ModelPaths
+
+if TYPE_CHECKING:
+    from voice_pipeline.telemetry.export import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,8 @@ class Engines:
     turn: TurnModel | None = None
     #: the machine-dependent settings the engines were built with (None: built by hand)
     tuning: Tuning | None = None
+    #: where every session's turns are traced and measured (None: telemetry is not configured)
+    telemetry: Telemetry | None = None
 
     @classmethod
     def load(cls, cfg: Config, paths: ModelPaths, progress: Callable[[str], None]) -> Engines:
@@ -51,6 +57,9 @@ class Engines:
             progress(f"loaded {name} in {time.monotonic() - t0:.1f} s")
             return engine
 
+        from voice_pipeline.telemetry.setup import start_telemetry
+
+        telemetry = start_telemetry(cfg)  # first: a bad OTEL_* variable fails before any model loads
         tuning = tune(cfg, progress)
         vad = step(
             f"VAD ({cfg.vad.engine})", lambda: build_vad(cfg.vad, cfg.audio.pipeline_rate_hz, paths.vad)
@@ -61,7 +70,7 @@ class Engines:
         turn = None
         if cfg.turn.semantic and cfg.turn.model != "none":
             turn = step(f"turn model ({cfg.turn.model})", lambda: build_turn_model(cfg.turn, paths.turn))
-        return cls(vad=vad, asr=asr, llm=llm, tts=tts, turn=turn, tuning=tuning)  # type: ignore[arg-type]
+        return cls(vad=vad, asr=asr, llm=llm, tts=tts, turn=turn, tuning=tuning, telemetry=telemetry)  # type: ignore[arg-type]
 
     async def warm_up(self, system_prompt: str = "You are a helpful voice assistant.") -> None:
         """One small request through each engine, so the first user turn does not pay
@@ -90,6 +99,10 @@ class Engines:
             await asyncio.to_thread(self.turn.p_complete, np.zeros(self.turn.sample_rate_hz // 2, np.float32))
 
     async def aclose(self) -> None:
+        if self.telemetry is not None:  # the last spans and metrics go out (flush_timeout_s at most)
+            import asyncio
+
+            await asyncio.to_thread(self.telemetry.shutdown)
         await self.llm.aclose()
         if self.turn is not None:
             self.turn.close()
