@@ -55,8 +55,8 @@ async def test_a_session_and_its_turns_reach_the_collector() -> None:
         session = SessionTrace(tel, "s-1", "session")
         session.observe(ev.TurnCompleted(1, 0, dataclasses.replace(now_record(ANSWERED, base), turn_id=1)))
         session.observe(ev.ReplyPaused(2, base + (5000 + 4101 - 1000) * MS))
-        session.observe(ev.TurnCompleted(2, 0, dataclasses.replace(
-            now_record(INTERRUPTED, base + 5000 * MS, interrupted=True, heard_s=0.5), turn_id=2)))  # fmt: skip
+        second = now_record(INTERRUPTED, base + 5000 * MS, interrupted=True, heard_s=0.5)
+        session.observe(ev.TurnCompleted(2, 0, dataclasses.replace(second, turn_id=2)))
         await session.aclose()
         await asyncio.to_thread(tel.shutdown)
     (root,) = got.named("session")
@@ -162,7 +162,9 @@ async def test_a_dead_collector_costs_one_warning(caplog: pytest.LogCaptureFixtu
     session = SessionTrace(tel, "s-3", "session")
     base = now_ns()
     for i in range(3):
-        session.observe(ev.TurnCompleted(i + 1, 0, dataclasses.replace(now_record(ANSWERED, base), turn_id=i + 1)))
+        session.observe(
+            ev.TurnCompleted(i + 1, 0, dataclasses.replace(now_record(ANSWERED, base), turn_id=i + 1))
+        )
     await asyncio.sleep(0.6)  # a few metric exports fail meanwhile
     await session.aclose()
     await asyncio.to_thread(tel.shutdown)

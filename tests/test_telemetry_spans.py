@@ -87,25 +87,35 @@ STAGES_OF_ANSWERED = [
             record(INTERRUPTED, interrupted=True, heard_s=0.6),
             [
                 *STAGES_OF_ANSWERED,
-                ("barge_in", 4100, 4402), ("barge_in.pause", 4100, 4101),
-                ("barge_in.confirm", 4101, 4400), ("barge_in.stop", 4400, 4402),
+                ("barge_in", 4100, 4402),
+                ("barge_in.pause", 4100, 4101),
+                ("barge_in.confirm", 4101, 4400),
+                ("barge_in.stop", 4400, 4402),
                 ("wasted_work", 4101, 4402),
             ],
             id="interrupted",
-        ),  # fmt: skip
+        ),
         pytest.param(  # the LLM failed: no first token, so no stage after the transcript
-            record({m: ANSWERED[m] for m in list(ANSWERED)[:4]} | {Mark.TURN_END: 3500}, failed=FailedStage.LLM),
+            record(
+                {m: ANSWERED[m] for m in list(ANSWERED)[:4]} | {Mark.TURN_END: 3500}, failed=FailedStage.LLM
+            ),
             STAGES_OF_ANSWERED[:2],
             id="failed",
         ),
         pytest.param(  # an explicit interrupt: decided at once, no pause
             record(
                 {**ANSWERED, Mark.BARGE_IN_CONFIRMED: 3700, Mark.LLM_ABORTED: 3705, Mark.TURN_END: 3710},
-                interrupted=True, heard_s=0.2,
+                interrupted=True,
+                heard_s=0.2,
             ),
-            [*STAGES_OF_ANSWERED, ("barge_in", 3700, 3705), ("barge_in.stop", 3700, 3705), ("wasted_work", 3700, 3705)],
+            [
+                *STAGES_OF_ANSWERED,
+                ("barge_in", 3700, 3705),
+                ("barge_in.stop", 3700, 3705),
+                ("wasted_work", 3700, 3705),
+            ],
             id="explicit-interrupt",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_the_turn_tree(rec: TurnRecord, expected: list[tuple[str, int, int]]) -> None:
@@ -145,7 +155,11 @@ def test_turn_and_stage_attributes() -> None:
     spec = turn_span(rec, TurnOptions(BUDGET, model="smollm2"), llm_span_id=0xABC)
     assert spec is not None
     a = spec.attributes
-    assert (a["voice.turn.id"], a["voice.turn.interrupted"], a["voice.end_of_turn.rule"]) == (7, False, "complete")
+    assert (a["voice.turn.id"], a["voice.turn.interrupted"], a["voice.end_of_turn.rule"]) == (
+        7,
+        False,
+        "complete",
+    )
     # 900 ms > the 800 ms budget; endpointing 300 > 400? no; first_clause 250 = 250: not broken
     assert a["voice.turn.budgets_broken"] == ("voice_to_voice",)
     eot = span(spec, "endpointing").attributes
@@ -196,7 +210,9 @@ def test_text_only_when_included(include_text: bool) -> None:
     }  # fmt: skip
     assert spec.attributes["voice.content.heard_text"] == "The capital of France is Paris."
     messages = json.loads(str(span(spec, "llm_first_token").attributes["gen_ai.input.messages"]))
-    assert messages == [{"role": "user", "parts": [{"type": "text", "content": "what is the capital of france"}]}]
+    assert messages == [
+        {"role": "user", "parts": [{"type": "text", "content": "what is the capital of france"}]}
+    ]
 
 
 def test_a_record_without_marks_has_no_span() -> None:
@@ -214,10 +230,20 @@ ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318/"}
     [
         (TelemetryConfig(), {}, None, None),  # nothing configured: nothing
         (TelemetryConfig(), ENDPOINT, "http://127.0.0.1:4318/v1/traces", "http://127.0.0.1:4318/v1/metrics"),
-        (TelemetryConfig(enabled=True), {}, "http://localhost:4318/v1/traces", "http://localhost:4318/v1/metrics"),
+        (
+            TelemetryConfig(enabled=True),
+            {},
+            "http://localhost:4318/v1/traces",
+            "http://localhost:4318/v1/metrics",
+        ),
         (TelemetryConfig(enabled=False), ENDPOINT, None, None),
         (TelemetryConfig(), {**ENDPOINT, "OTEL_SDK_DISABLED": "true"}, None, None),
-        (TelemetryConfig(), {**ENDPOINT, "OTEL_METRICS_EXPORTER": "none"}, "http://127.0.0.1:4318/v1/traces", None),
+        (
+            TelemetryConfig(),
+            {**ENDPOINT, "OTEL_METRICS_EXPORTER": "none"},
+            "http://127.0.0.1:4318/v1/traces",
+            None,
+        ),
         (
             TelemetryConfig(),
             {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://h:1/t"},
@@ -237,13 +263,21 @@ def test_what_is_exported_where(
 
 
 def test_environment_details() -> None:
-    settings = resolve(
-        TelemetryConfig(include_text=True),
-        {**ENDPOINT, "OTEL_SERVICE_NAME": "agent-7", "OTEL_EXPORTER_OTLP_HEADERS": "api-key=s%3Dx,team=a",
-         "OTEL_EXPORTER_OTLP_TIMEOUT": "2.5", "OTEL_TRACES_EXPORTER": "console", "OTEL_METRIC_EXPORT_INTERVAL": "500"},
-    )  # fmt: skip
+    environ = {
+        **ENDPOINT,
+        "OTEL_SERVICE_NAME": "agent-7",
+        "OTEL_EXPORTER_OTLP_HEADERS": "api-key=s%3Dx,team=a",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "2.5",
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRIC_EXPORT_INTERVAL": "500",
+    }
+    settings = resolve(TelemetryConfig(include_text=True), environ)
     assert settings is not None and settings.traces is not None and settings.metrics is not None
-    assert (settings.service_name, settings.include_text, settings.metric_interval_ms) == ("agent-7", True, 500)
+    assert (settings.service_name, settings.include_text, settings.metric_interval_ms) == (
+        "agent-7",
+        True,
+        500,
+    )
     assert settings.traces.exporter == "console" and settings.metrics.exporter == "otlp"
     assert settings.metrics.headers == (("api-key", "s=x"), ("team", "a"))
     assert settings.metrics.timeout_s == 2.5
@@ -253,7 +287,10 @@ def test_environment_details() -> None:
     ("environ", "message"),
     [
         ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER: 'zipkin' is not supported"),
-        ({**ENDPOINT, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json'"),
+        (
+            {**ENDPOINT, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json'",
+        ),
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "is not an http:// or https:// URL"),
         ({**ENDPOINT, "OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}, "OTEL_EXPORTER_OTLP_TIMEOUT: 'soon'"),
         ({**ENDPOINT, "OTEL_EXPORTER_OTLP_HEADERS": "novalue"}, "OTEL_EXPORTER_OTLP_HEADERS: 'novalue'"),
@@ -275,7 +312,7 @@ def test_the_telemetry_section_is_read_and_checked(tmp_path: object) -> None:
     with pytest.raises(ConfigError, match="telemetry: unknown key"):
         load_config(path)
     path.write_text("telemetry:\n  flush_timeout_s: 0\n")
-    with pytest.raises(ConfigError, match="telemetry.flush_timeout_s: must be > 0"):
+    with pytest.raises(ConfigError, match=r"telemetry\.flush_timeout_s: must be > 0"):
         load_config(path)
 
 
