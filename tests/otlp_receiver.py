@@ -55,6 +55,10 @@ class Received:
     metrics: list[tuple[str, dict[str, Any], Any]] = field(default_factory=list)
     requests: int = 0
 
+    def latest(self, name: str) -> dict[tuple[tuple[str, Any], ...], Any]:
+        """The latest data point of metric ``name`` per attribute set (cumulative: the totals)."""
+        return {tuple(sorted(a.items())): p for n, a, p in self.metrics if n == name}
+
     def named(self, name: str) -> list[ReceivedSpan]:
         return [s for s in self.spans if s.name == name]
 

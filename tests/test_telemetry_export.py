@@ -76,14 +76,14 @@ async def test_a_session_and_its_turns_reach_the_collector() -> None:
     (barge_in,) = [s for s in got.children(turns[1]) if s.name == "barge_in"]
     assert [s.name for s in got.children(barge_in)] == ["barge_in.pause", "barge_in.confirm", "barge_in.stop"]
     # the metrics: the histograms and the counter by end-of-turn rule
-    v2v = [p for name, _, p in got.metrics if name == "voice.voice_to_voice.duration"]
-    assert v2v and v2v[-1].count == 2 and v2v[-1].sum == pytest.approx(2 * 0.901)
-    stages = {a["voice.stage"]: p.count for name, a, p in got.metrics if name == "voice.stage.duration"}
+    (v2v,) = got.latest("voice.voice_to_voice.duration").values()
+    assert v2v.count == 2 and v2v.sum == pytest.approx(2 * 0.901)
+    stages = {dict(k)["voice.stage"]: p.count for k, p in got.latest("voice.stage.duration").items()}
     assert stages == {s: 2 for s in ("endpointing", "asr_final", "llm_first_token", "first_clause",
                                      "tts_first_audio", "transport")}  # fmt: skip
-    stops = [p for name, _, p in got.metrics if name == "voice.barge_in.stop.duration"]
-    assert stops[-1].count == 1 and stops[-1].sum == pytest.approx(0.001)
-    rules = {a["voice.end_of_turn.rule"]: p.as_int for name, a, p in got.metrics if name == "voice.turns"}
+    (stop,) = got.latest("voice.barge_in.stop.duration").values()
+    assert stop.count == 1 and stop.sum == pytest.approx(0.001)
+    rules = {dict(k)["voice.end_of_turn.rule"]: p.as_int for k, p in got.latest("voice.turns").items()}
     assert rules == {"complete": 2}
 
 

@@ -210,6 +210,8 @@ def _barge_ins(
     confirmed = marks.get(Mark.BARGE_IN_CONFIRMED)
     stopped = marks.get(Mark.LLM_ABORTED, marks.get(Mark.TTS_STOPPED))
     paused = sorted(pauses) or ([flush] if flush is not None else [])
+    if flush is not None and flush <= paused[0]:  # the first pause: the ledger's own mark
+        paused[0] = flush
     out: list[SpanSpec] = []
     for i, p in enumerate(paused):
         later = paused[i + 1] if i + 1 < len(paused) else None
