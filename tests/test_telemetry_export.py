@@ -10,9 +10,13 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from otlp_receiver import otlp_receiver
@@ -171,3 +175,32 @@ async def test_a_dead_collector_costs_one_warning(caplog: pytest.LogCaptureFixtu
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [r.name for r in warnings] == ["voice_pipeline.telemetry"], [r.getMessage() for r in warnings]
     assert url in warnings[0].getMessage()
+
+
+# ---------------------------------------------------------------- not configured, badly configured
+
+
+def test_nothing_of_opentelemetry_is_imported_unless_configured() -> None:
+    code = (
+        "import sys\n"
+        "import voice_pipeline.cli, voice_pipeline.edge, voice_pipeline.engines, llm.remote\n"
+        "from voice_pipeline.config import load_config\n"
+        "from voice_pipeline.telemetry.setup import start_telemetry\n"
+        "assert start_telemetry(load_config(None), {'OTEL_SERVICE_NAME': 'x'}) is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_bad_otel_variable_stops_run_with_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "zipkin"}
+    cmd = [sys.executable, "-m", "voice_pipeline.cli", "run", "--output", str(tmp_path / "out.wav")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        "voice-pipeline run: error: OTEL_TRACES_EXPORTER: 'zipkin' is not supported (otlp, console or none)"
+    )
+    assert "Traceback" not in out.stderr
