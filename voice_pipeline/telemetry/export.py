@@ -92,7 +92,7 @@ class _Outage:
                 )  # fmt: skip
             elif ok and self.down:
                 self.down = False
-                log.warning("telemetry: the collector at %s answers again", self.where)
+                log.info("telemetry: the collector at %s answers again", self.where)
 
 
 class _QuietSpans(SpanExporter):

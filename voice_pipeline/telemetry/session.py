@@ -50,7 +50,6 @@ class SessionTrace:
         if tracer is not None:
             self._span = tracer.start_span(
                 "session",
-                kind=trace.SpanKind.SERVER,
                 attributes={**self._extra, "voice.session.edge": edge},
                 start_time=now_ns() + telemetry.offset_ns,
             )
