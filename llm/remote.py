@@ -27,6 +27,9 @@ new requests fail at once for ``retry_initial_s`` (doubling per consecutive
 failure, at most ``retry_max_s``), so a turn during an outage ends with the
 apology at once instead of waiting for a timeout; the first request after the
 wait is tried for real, and its first token makes :meth:`RemoteVLLM.health` ok.
+
+A chat request sent in a traced session carries the W3C ``traceparent`` header (the
+session's trace, a span id the turn's LLM span takes: :mod:`voice_pipeline.telemetry.context`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOutcome, PrefillResult
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import ClosedError, ConfigError, EngineError
+from voice_pipeline.telemetry.context import llm_headers
 
 if TYPE_CHECKING:
     import httpx
@@ -180,7 +184,7 @@ class RemoteVLLM:
             if request_id in self._aborted:
                 return  # aborted while the model name was looked up
             async with self._client.stream(
-                "POST", url, json=body, headers={"X-Request-Id": request_id}
+                "POST", url, json=body, headers={"X-Request-Id": request_id, **llm_headers()}
             ) as response:
                 if request_id in self._aborted:
                     return  # aborted while connecting; leaving closes the response

@@ -68,8 +68,11 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeou
 
 
 @contextlib.contextmanager
-def vllm_server(model_dir: Path, log_path: Path, port: int | None = None) -> Iterator[str]:
-    """A real vLLM OpenAI server on loopback; yields its /v1 base URL (model ``smollm2``)."""
+def vllm_server(
+    model_dir: Path, log_path: Path, port: int | None = None, *extra: str, **extra_env: str
+) -> Iterator[str]:
+    """A real vLLM OpenAI server on loopback; yields its /v1 base URL (model ``smollm2``).
+    ``extra``: more command-line arguments; ``extra_env``: more environment variables."""
     from voice_pipeline.machine import tuned_llm
 
     cfg = tuned_llm(LLMConfig())  # the dtype and KV block size chosen for this machine
@@ -82,6 +85,7 @@ def vllm_server(model_dir: Path, log_path: Path, port: int | None = None) -> Ite
         TRANSFORMERS_OFFLINE="1",
         VLLM_NO_USAGE_STATS="1",
         PYTHONASYNCIODEBUG="0",
+        **extra_env,
     )
     cmd = [
         sys.executable,
@@ -107,6 +111,7 @@ def vllm_server(model_dir: Path, log_path: Path, port: int | None = None) -> Ite
         "--block-size",
         str(cfg.kv_block_tokens),
         "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
+        *extra,
     ]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

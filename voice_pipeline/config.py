@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.telemetry.config import TelemetryConfig
 from voice_pipeline.telephony_config import TelephonyConfig as TelephonyConfig  # re-exported
 from voice_pipeline.telephony_config import check_networks
 from voice_pipeline.telephony_config import validate_telephony as validate_telephony
@@ -341,6 +342,7 @@ class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     telephony: TelephonyConfig = field(default_factory=TelephonyConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 # ---------------------------------------------------------------- loading

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from asr.base import ASREngine
 from llm.base import LLM
@@ -15,6 +16,9 @@ from voice_pipeline.config import Config
 from voice_pipeline.machine import Tuning, choose, this_cpu
 from voice_pipeline.models import ModelPaths
 from voice_pipeline.speculation import SpeculationBudget, default_speculation_limit
+
+if TYPE_CHECKING:
+    from voice_pipeline.telemetry.export import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,8 @@ class Engines:
     tuning: Tuning | None = None
     #: how many speculative replies may run at once over every session sharing these engines
     speculation: SpeculationBudget = field(default_factory=SpeculationBudget.for_machine)
+    #: where every session's turns are traced and measured (None: telemetry is not configured)
+    telemetry: Telemetry | None = None
 
     @classmethod
     def load(cls, cfg: Config, paths: ModelPaths, progress: Callable[[str], None]) -> Engines:
@@ -54,6 +60,9 @@ class Engines:
             progress(f"loaded {name} in {time.monotonic() - t0:.1f} s")
             return engine
 
+        from voice_pipeline.telemetry.setup import start_telemetry
+
+        telemetry = start_telemetry(cfg)  # first: a bad OTEL_* variable fails before any model loads
         tuning = tune(cfg, progress)
         vad = step(
             f"VAD ({cfg.vad.engine})", lambda: build_vad(cfg.vad, cfg.audio.pipeline_rate_hz, paths.vad)
@@ -67,7 +76,7 @@ class Engines:
         limit = cfg.dialogue.speculative_limit or default_speculation_limit()
         return cls(
             vad=vad, asr=asr, llm=llm, tts=tts, turn=turn, tuning=tuning,  # type: ignore[arg-type]
-            speculation=SpeculationBudget(limit),
+            speculation=SpeculationBudget(limit), telemetry=telemetry,
         )
 
     async def warm_up(self, system_prompt: str = "You are a helpful voice assistant.") -> None:
@@ -97,6 +106,10 @@ class Engines:
             await asyncio.to_thread(self.turn.p_complete, np.zeros(self.turn.sample_rate_hz // 2, np.float32))
 
     async def aclose(self) -> None:
+        if self.telemetry is not None:  # the last spans and metrics go out (flush_timeout_s at most)
+            import asyncio
+
+            await asyncio.to_thread(self.telemetry.shutdown)
         await self.llm.aclose()
         if self.turn is not None:
             self.turn.close()

@@ -216,7 +216,9 @@ class SessionScope:
 
     def open(self, transport: Transport, *, aclose: Close | None = None) -> Session:
         """Build the session on ``transport``; ``aclose`` (the transport's writer) is closed
-        right after it."""
+        right after it. With telemetry, the session is traced (its events pass by its trace)."""
+        if self._engines.telemetry is not None:
+            transport = self._engines.telemetry.observe(transport, self)
         return self.adopt(Session(self._engines, self._cfg, transport, clock=self._clock), aclose=aclose)
 
     def adopt(self, session: Session, *, aclose: Close | None = None) -> Session:
