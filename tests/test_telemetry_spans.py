@@ -3,6 +3,7 @@ section and ``OTEL_*`` variables -> what is exported, the LLM request's trace id
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import BudgetConfig, load_config
 from voice_pipeline.errors import ConfigError
 from voice_pipeline.ledger import CRITICAL_PATH, Mark, TurnLedger
-from voice_pipeline.records import EndOfTurnRecord, FailedStage, TurnRecord
+from voice_pipeline.records import EndOfTurnRecord, FailedStage, SpeculationRecord, TurnRecord
 from voice_pipeline.telemetry import context
 from voice_pipeline.telemetry.config import TelemetryConfig, resolve
 from voice_pipeline.telemetry.spans import CRITICAL, STAGE, SpanSpec, TurnOptions, is_content, turn_span
@@ -175,6 +176,20 @@ def test_turn_and_stage_attributes() -> None:
     }  # fmt: skip
     assert llm.attributes["voice.llm.prefetched"] is True
     assert span(spec, "transport").attributes["voice.stage.over_budget"] is False
+
+
+def test_the_turn_says_what_its_speculative_replies_did() -> None:
+    rec = dataclasses.replace(record(ANSWERED), speculation=SpeculationRecord(2, 2, 1, 1, 0, 6, 0.4))
+    spec = turn_span(rec, TurnOptions(BUDGET))
+    assert spec is not None
+    got = {k: v for k, v in spec.attributes.items() if k.startswith("voice.speculation.")}
+    assert got == {
+        "voice.speculation.prepared": 2, "voice.speculation.held": 2, "voice.speculation.released": 1,
+        "voice.speculation.dropped": 1, "voice.speculation.skipped": 0, "voice.speculation.wasted_tokens": 6,
+        "voice.speculation.wasted_audio_s": 0.4,
+    }  # fmt: skip
+    bare = turn_span(record(ANSWERED), TurnOptions(BUDGET))
+    assert bare is not None and not any(k.startswith("voice.speculation.") for k in bare.attributes)
 
 
 def test_a_failed_turn_is_an_error() -> None:

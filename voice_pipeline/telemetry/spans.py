@@ -126,6 +126,11 @@ def _turn_attributes(record: TurnRecord, opts: TurnOptions) -> dict[str, AttrVal
         "voice.work.discarded_tokens": record.discarded_tokens,
         "voice.work.discarded_audio_s": _r(record.discarded_audio_s),
     }
+    spec = record.speculation
+    if spec is not None:  # the speculative replies of the turn's pauses (voice_pipeline/speculation.py)
+        for name in ("prepared", "held", "released", "dropped", "skipped", "wasted_tokens"):
+            a[f"voice.speculation.{name}"] = getattr(spec, name)
+        a["voice.speculation.wasted_audio_s"] = _r(spec.wasted_audio_s)
     optional: dict[str, AttrValue | None] = {
         "voice.turn.voice_to_voice_ms": record.stages_ms.get(StageName.VOICE_TO_VOICE),
         "voice.turn.voice_to_voice_budget_ms": float(getattr(opts.budget, TOTAL.budget_key)),
