@@ -70,6 +70,7 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeou
 @contextlib.contextmanager
 def vllm_server(model_dir: Path, log_path: Path, port: int | None = None) -> Iterator[str]:
     """A real vLLM OpenAI server on loopback; yields its /v1 base URL (model ``smollm2``)."""
+    from voice_pipeline.emulation import engine_env
     from voice_pipeline.machine import tuned_llm
 
     cfg = tuned_llm(LLMConfig())  # the dtype and KV block size chosen for this machine
@@ -83,6 +84,7 @@ def vllm_server(model_dir: Path, log_path: Path, port: int | None = None) -> Ite
         VLLM_NO_USAGE_STATS="1",
         PYTHONASYNCIODEBUG="0",
     )
+    env.update(engine_env(env))  # VP_EMULATE_CPU: the server's processes take the emulated kernels
     cmd = [
         sys.executable,
         "-m",
