@@ -412,7 +412,20 @@ FIRST_CHUNK_CASES = [
     # a short sentence ends it first, as always
     (3, "I am a voice assistant.", ["I am a voice assistant."]),
     (3, "Yes. Paris is the capital of France.", ["Yes.", "Paris is the capital of France."]),
-    # only the first chunk is short: later clauses go by clause, as before
+    # then chunks grow: a long sentence is cut before a phrase start at twice the last chunk
+    (
+        3,
+        "A good name for a cat could be Mocha or Cocoa to reflect their natural color and the term Mocha.",
+        [
+            "A good name",
+            "for a cat could be Mocha",
+            "or Cocoa to reflect their natural color and the term Mocha.",
+        ],
+    ),
+    (2, "I see. Paris is big and old and in France.", ["I see.", "Paris is big and old", "and in France."]),
+    # not at 2N words yet, or the last word would hang: no growing cut
+    (3, "Okay. I can help with that today.", ["Okay.", "I can help with that today."]),
+    # only the first chunks are short: later clauses go by clause, as before
     (3, "Hi there. One two, three four, five six.", ["Hi there.", "One two, three four,", "five six."]),
     # 0: the old rule (first clause by min_clause_words and the first-phrase split)
     (0, "Sure, I can help with that.", ["Sure, I can help", "with that."]),
