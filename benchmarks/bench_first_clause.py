@@ -1,20 +1,29 @@
-"""First clause and Piper's pauses: how short a first clause can be before speech gets choppy.
+"""First clause and Piper's pauses: how short a first chunk can be before speech gets choppy.
 
-    .venv/bin/python benchmarks/bench_first_clause.py [--words 2 3 4] [--trail-ms 30 60 120]
+    .venv/bin/python benchmarks/bench_first_clause.py [--words 4] [--first 0 2 3 4]
+        [--trail-ms 120] [--synth-scale 1 2]
 
 For each question: the real LLM reply is streamed once (token arrival times recorded),
-then for every ``tts.min_clause_words`` value the :class:`tts.chunker.ClauseChunker` cuts
-it as the reply task would, and every clause is synthesized by the real Piper voice (its
-time measured). A playout is simulated: clause k starts at the later of the moment its
-audio is ready (its clause complete + its synthesis, synthesis running one clause at a
-time) and the end of clause k-1. Printed per setting (medians over the questions):
+then for every ``tts.min_clause_words`` (``--words``) and ``tts.first_chunk_words``
+(``--first``; 0 = no short first chunk, the old rule) value the
+:class:`tts.chunker.ClauseChunker` cuts it as the reply task would, and every clause is
+synthesized by the real Piper voice (its time measured). A playout is simulated: clause k
+starts at the later of the moment its audio is ready (its clause complete + its synthesis,
+synthesis running one clause at a time) and the end of clause k-1. Printed per setting
+(medians over the questions):
 
 * first audio after the first token (ms): what the first clause costs the listener;
 * the first clause's words and audio length;
 * underruns: the listener waits for audio in the middle of the reply (choppy), count
   and total ms, beyond Piper's own trailing silence;
+* the gap between chunks: for each chunk after the first, when its audio was ready minus
+  when the chunk before it finished playing (negative: ready that early, no gap); the
+  worst (largest) per reply, median over the replies, and the worst of all;
 * the trailing silence at clause ends that are not sentence ends (``--trail-ms`` trims
   them to that much in the simulation, as ``tts.max_trailing_silence_ms`` does for all).
+
+``--synth-scale 2`` multiplies every synthesis time by 2: Piper beside the decoding LLM
+measured 1.3-2.5x slower (README "Thread budgets"), so 2 is a fair loaded case.
 
 The pipeline's default ``tts.max_trailing_silence_ms`` is 120. The LLM runs alone (its
 times are those of an idle machine); Piper runs after it, not beside it (synthesis beside
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import statistics
 import sys
@@ -76,10 +86,13 @@ def simulate(
     tts: Any,
     trail_ms: int,
     cache: dict[str, tuple[np.ndarray, float]],
+    first_words: int = 0,
+    synth_scale: float = 1.0,
+    verbose: bool = False,
 ) -> dict[str, float]:
     from tts.chunker import ClauseChunker
 
-    chunker = ClauseChunker(words)
+    chunker = ClauseChunker(words, first_chunk_words=first_words)
     clauses: list[tuple[float, str]] = []
     for t, text in deltas:
         clauses += [(t, c) for c in chunker.push(text)]
@@ -91,14 +104,16 @@ def simulate(
     play_end = None
     first_audio = None
     underruns: list[float] = []
+    gaps: list[float] = []
     mid_trails: list[float] = []
-    first_words = first_len = 0.0
+    first_count = first_len = 0.0
     for i, (ready_t, clause) in enumerate(clauses):
         if clause not in cache:
             t0 = time.perf_counter()
             pcm = tts.synthesize(clause)
             cache[clause] = (pcm, (time.perf_counter() - t0) * 1000)
         pcm, synth_ms = cache[clause]
+        synth_ms *= synth_scale
         sentence_end = clause.rstrip("\"')]").endswith((".", "?", "!", "…"))
         trail = trailing_silence_ms(pcm, rate)
         dur = len(pcm) / rate * 1000
@@ -108,19 +123,24 @@ def simulate(
         start_synth = max(ready_t, synth_free)
         synth_free = start_synth + synth_ms
         start = synth_free if play_end is None else max(synth_free, play_end)
-        if play_end is not None and start > play_end:
-            underruns.append(start - play_end)
+        if play_end is not None:
+            gaps.append(synth_free - play_end)
+            if start > play_end:
+                underruns.append(start - play_end)
         if first_audio is None:
             first_audio = start
-            first_words, first_len = len(clause.split()), dur
+            first_count, first_len = len(clause.split()), dur
         play_end = start + dur
         _ = i
+    if underruns and verbose:
+        print(f"underrun {sum(underruns):.0f} ms: {[c for _, c in clauses]}", file=sys.stderr)
     return {
         "first_audio_ms": (first_audio or 0.0) - first_token,
-        "first_words": first_words,
+        "first_words": first_count,
         "first_audio_len_ms": first_len,
         "underruns": len(underruns),
         "underrun_ms": sum(underruns),
+        "worst_gap_ms": max(gaps) if gaps else -math.inf,
         "mid_trail_ms": statistics.median(mid_trails) if mid_trails else 0.0,
         "clauses": len(clauses),
     }
@@ -128,8 +148,11 @@ def simulate(
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--words", type=int, nargs="+", default=[2, 3, 4])
-    ap.add_argument("--trail-ms", type=int, nargs="+", default=[30, 60, 120])
+    ap.add_argument("--words", type=int, nargs="+", default=[4], help="tts.min_clause_words values")
+    ap.add_argument("--first", type=int, nargs="+", default=[0, 2, 3, 4], help="tts.first_chunk_words values")
+    ap.add_argument("--trail-ms", type=int, nargs="+", default=[120])
+    ap.add_argument("--synth-scale", type=float, nargs="+", default=[1.0, 2.0])
+    ap.add_argument("--verbose", action="store_true", help="print the clauses of replies with underruns")
     args = ap.parse_args()
     from llm import build_llm
     from tts import build_tts
@@ -154,20 +177,28 @@ async def main() -> None:
     cache: dict[str, tuple[np.ndarray, float]] = {}
     print(f"machine: {tuning.cpu.label}; {tuning.settings_label()}")
     print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {len(QUESTIONS)} replies")
-    print(f"{'words':>5}{'trail':>6}{'1st audio':>10}{'1st words':>10}{'1st len':>8}"
-          f"{'underruns':>10}{'under ms':>9}{'mid trail':>10}")  # fmt: skip
-    for words in args.words:
-        for trail in args.trail_ms:
-            rows = [simulate(r, words, tts, trail, cache) for r in replies if r]
-            med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
-            total_under = sum(row["underruns"] for row in rows)
-            print(
-                f"{words:>5}{trail:>6}{med['first_audio_ms']:>10.0f}{med['first_words']:>10.0f}"
-                f"{med['first_audio_len_ms']:>8.0f}{total_under:>10.0f}"
-                f"{sum(row['underrun_ms'] for row in rows):>9.0f}{med['mid_trail_ms']:>10.0f}"
-            )
+    print(f"{'synth':>5}{'words':>6}{'first':>6}{'trail':>6}{'1st audio':>10}{'1st words':>10}{'1st len':>8}"
+          f"{'underruns':>10}{'under ms':>9}{'gap p50':>8}{'gap max':>8}{'mid trail':>10}")  # fmt: skip
+    for scale in args.synth_scale:
+        for words in args.words:
+            for first in args.first:
+                for trail in args.trail_ms:
+                    setting = (trail, cache, first, scale, args.verbose)
+                    rows = [simulate(r, words, tts, *setting) for r in replies if r]
+                    med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
+                    print(
+                        f"{scale:>5.1f}{words:>6}{first:>6}{trail:>6}{med['first_audio_ms']:>10.0f}"
+                        f"{med['first_words']:>10.0f}{med['first_audio_len_ms']:>8.0f}"
+                        f"{sum(row['underruns'] for row in rows):>10.0f}"
+                        f"{sum(row['underrun_ms'] for row in rows):>9.0f}{med['worst_gap_ms']:>8.0f}"
+                        f"{max(row['worst_gap_ms'] for row in rows):>8.0f}{med['mid_trail_ms']:>10.0f}"
+                    )
     tts.close()
-    print("(underruns and under ms: totals over all replies; the rest: medians)", file=sys.stderr)
+    print(
+        "(underruns, under ms: totals over all replies; gap: each reply's worst chunk-ready minus "
+        "previous-chunk-end, p50 and max over replies, > 0 is an underrun; the rest: medians)",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -123,7 +123,10 @@ async def measure(
             )
             tts.close()
         # and the LLM's own speed while ASR runs beside it (the speculative decode overlaps it)
-        asr = build_asr(cfg.asr, paths.asr)
+        from voice_pipeline.machine import tuned_asr
+
+        asr_cfg = tuned_asr(cfg.asr)  # the ASR threads the pipeline would use here
+        asr = build_asr(asr_cfg, paths.asr)
         stop_asr = False
 
         def asr_loop() -> None:
@@ -132,7 +135,7 @@ async def measure(
 
         worker = asyncio.create_task(asyncio.to_thread(asr_loop))
         await asyncio.sleep(0.2)
-        out[f"llm_while_asr_{cfg.asr.cpu_threads}_threads"] = await _llm_figures(llm, reps)
+        out[f"llm_while_asr_{asr_cfg.cpu_threads}_threads"] = await _llm_figures(llm, reps)
         stop_asr = True
         await worker
         asr.close()

@@ -21,6 +21,11 @@ is passed to vLLM (its CPU default, 128, never reused a short prompt's system pr
 The first delta of a reply says its prompt tokens, vLLM's ``num_cached_tokens`` and the
 time to it; :meth:`VLLMEngine.prefill` runs a one-token request on a prompt prefix.
 
+Emulation: under ``VP_EMULATE_CPU`` torch's CPU probes are patched in this process before
+vLLM is imported, and the engine process is spawned with
+:func:`voice_pipeline.emulation.engine_env`, so it loads the emulated class's kernels
+(``vllm/_C_AVX2.abi3.so`` for ``avx2``).
+
 Errors: failing to load is :class:`ModelError`; a failure during a request is
 :class:`EngineError` (``retryable=False`` once the engine is dead). Failures and
 stalls (no token for ``request_timeout_s``) make :meth:`VLLMEngine.health` not ok
@@ -75,6 +80,26 @@ def _engine_threads_env(threads: int = 0) -> Iterator[None]:
         os.environ.pop("OMP_NUM_THREADS", None)
 
 
+@contextlib.contextmanager
+def _emulation_env() -> Iterator[None]:
+    """Under ``VP_EMULATE_CPU``, the environment that makes vLLM's spawned engine process
+    take the emulated class's kernels (:func:`voice_pipeline.emulation.engine_env`), set
+    while the engine starts and restored afterwards."""
+    from voice_pipeline.emulation import engine_env
+
+    extra = engine_env()
+    saved = {key: os.environ.get(key) for key in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def _cached_tokens(out: Any) -> int | None:
     """Prompt tokens vLLM took from its prefix cache for this request (on its outputs)."""
     value = getattr(out, "num_cached_tokens", None)
@@ -110,6 +135,9 @@ class VLLMEngine:
             raise ModelError(f"no Hugging Face model folder at {model_dir} (config.json missing)")
         for key, value in _ENV_DEFAULTS.items():
             os.environ.setdefault(key, value)
+        from voice_pipeline.emulation import patch_torch
+
+        patch_torch()  # VP_EMULATE_CPU: vLLM reads torch's CPU probes here too (none if unset)
         try:
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
@@ -139,7 +167,7 @@ class VLLMEngine:
         )
         start = time.monotonic()
         try:
-            with _engine_threads_env(cfg.threads):
+            with _engine_threads_env(cfg.threads), _emulation_env():
                 self._engine: Any = AsyncLLM.from_engine_args(args)
         except Exception as exc:
             raise ModelError(f"vLLM failed to load {model_dir}: {exc}") from exc

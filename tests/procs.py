@@ -73,6 +73,7 @@ def vllm_server(
 ) -> Iterator[str]:
     """A real vLLM OpenAI server on loopback; yields its /v1 base URL (model ``smollm2``).
     ``extra``: more command-line arguments; ``extra_env``: more environment variables."""
+    from voice_pipeline.emulation import engine_env
     from voice_pipeline.machine import tuned_llm
 
     cfg = tuned_llm(LLMConfig())  # the dtype and KV block size chosen for this machine
@@ -87,6 +88,7 @@ def vllm_server(
         PYTHONASYNCIODEBUG="0",
         **extra_env,
     )
+    env.update(engine_env(env))  # VP_EMULATE_CPU: the server's processes take the emulated kernels
     cmd = [
         sys.executable,
         "-m",

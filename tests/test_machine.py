@@ -42,6 +42,11 @@ ARM_PLAIN = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm aes
         # emulation: oneDNN capped below the CPU's own class
         (cpuinfo("AMD EPYC", EPYC_BF16), "x86_64", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, CPUClass.AVX2, False),
         (EPYC_INFO, "x86_64", {"DNNL_MAX_CPU_ISA": "avx512_core"}, CPUClass.AVX512, False),
+        # the one switch (voice_pipeline/emulation.py), which wins over a oneDNN cap
+        (EPYC_INFO, "x86_64", {"VP_EMULATE_CPU": "avx2"}, CPUClass.AVX2, False),
+        (EPYC_INFO, "x86_64", {"VP_EMULATE_CPU": "AVX512"}, CPUClass.AVX512, False),
+        (EPYC_INFO, "x86_64", {"VP_EMULATE_CPU": "avx2", "ONEDNN_MAX_CPU_ISA": "ALL"}, CPUClass.AVX2, False),
+        (cpuinfo("AMD EPYC", EPYC_AVX2), "x86_64", {"VP_EMULATE_CPU": "avx2"}, CPUClass.AVX2, False),
         # a cap at or above the CPU's class, or one oneDNN does not know, changes nothing
         (cpuinfo("AMD EPYC", EPYC_AVX2), "x86_64", {"ONEDNN_MAX_CPU_ISA": "ALL"}, CPUClass.AVX2, False),
         (EPYC_INFO, "x86_64", {"ONEDNN_MAX_CPU_ISA": "nonsense"}, CPUClass.AVX512_BF16, True),
@@ -57,11 +62,15 @@ def test_labels_name_the_class_the_cores_and_any_emulation() -> None:
     real = parse_cpu(cpuinfo("AMD EPYC", EPYC_AVX2), 2, {})
     assert real.label == "AVX2, 2 cores (AMD EPYC)"
     assert real.emulation is None and real.native_class is None
-    emulated = parse_cpu(cpuinfo("AMD EPYC", EPYC_BF16), 2, {"ONEDNN_MAX_CPU_ISA": "AVX2"})
-    assert emulated.label == (
-        "AVX2, emulated on an AVX-512 BF16 CPU (ONEDNN_MAX_CPU_ISA=AVX2), 2 cores (AMD EPYC)"
-    )
+    emulated = parse_cpu(cpuinfo("AMD EPYC", EPYC_BF16), 2, {"VP_EMULATE_CPU": "avx2"})
+    assert emulated.label == "AVX2 (emulated on AVX-512 BF16), 2 cores (AMD EPYC)"
+    assert emulated.class_label == "AVX2 (emulated on AVX-512 BF16)"
+    assert emulated.emulation == "VP_EMULATE_CPU=avx2"
     assert emulated.as_dict()["class"] == "AVX2" and emulated.as_dict()["native_class"] == "AVX-512 BF16"
+    assert emulated.as_dict()["class_label"] == "AVX2 (emulated on AVX-512 BF16)"
+    onednn_only = parse_cpu(cpuinfo("AMD EPYC", EPYC_BF16), 2, {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert onednn_only.label == "AVX2 (emulated on AVX-512 BF16), 2 cores (AMD EPYC)"
+    assert onednn_only.emulation == "ONEDNN_MAX_CPU_ISA=AVX2"
     assert parse_cpu(cpuinfo("AMD EPYC", EPYC_BF16), 1, {}).label.endswith("1 core (AMD EPYC)")
 
 

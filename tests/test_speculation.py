@@ -20,7 +20,7 @@ from voice_pipeline.speculation import SpeculationAccount, SpeculationBudget, de
 
 
 def first_chunk(text: str, cfg: Config) -> str:
-    chunker = clause_chunker(cfg.tts.min_clause_words)
+    chunker = clause_chunker(cfg.tts)
     out = [c for word in text.split(" ") for c in chunker.push(word + " ")]
     return (out or list(chunker.flush()))[0]
 

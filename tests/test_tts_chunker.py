@@ -130,6 +130,12 @@ CASES: list[tuple[str, list[str]]] = [
 ]
 
 
+def OldRules(*args: Any, **kwargs: Any) -> ClauseChunker:
+    """A chunker without the short first chunk (``first_chunk_words=0``): the clause rules
+    the tables below describe, before the first-chunk rule is layered on them."""
+    return ClauseChunker(*args, first_chunk_words=0, **kwargs)
+
+
 def run(chunker: ClauseChunker, deltas: list[str]) -> list[str]:
     out: list[str] = []
     for delta in deltas:
@@ -173,13 +179,13 @@ SPLITTERS = [
 
 @pytest.mark.parametrize(("text", "expected"), CASES)
 def test_clauses(text: str, expected: list[str]) -> None:
-    assert run(ClauseChunker(4), whole(text)) == expected
+    assert run(OldRules(4), whole(text)) == expected
 
 
 @pytest.mark.parametrize(("text", "expected"), CASES)
 def test_any_split_of_the_deltas_gives_the_same_clauses(text: str, expected: list[str]) -> None:
     for split in SPLITTERS:
-        assert run(ClauseChunker(4), split(text)) == expected, split(text)
+        assert run(OldRules(4), split(text)) == expected, split(text)
 
 
 def _no_space(text: str) -> str:
@@ -188,7 +194,7 @@ def _no_space(text: str) -> str:
 
 @pytest.mark.parametrize(("text", "expected"), CASES)
 def test_nothing_lost_or_duplicated(text: str, expected: list[str]) -> None:
-    joined = " ".join(run(ClauseChunker(1, 3), chars(text)))
+    joined = " ".join(run(OldRules(1, 3), chars(text)))
     cleaned = clean_for_speech(text)
     if is_speakable(cleaned.rsplit(maxsplit=1)[-1] if cleaned else ""):
         assert _no_space(joined) == _no_space(cleaned)
@@ -197,7 +203,7 @@ def test_nothing_lost_or_duplicated(text: str, expected: list[str]) -> None:
 
 
 def test_clauses_arrive_as_soon_as_they_are_complete() -> None:
-    chunker = ClauseChunker(4)
+    chunker = OldRules(4)
     assert chunker.push("The capital of France") == []
     assert chunker.push(",") == []  # the whitespace has not arrived
     assert chunker.push(" is") == ["The capital of France,"]
@@ -212,7 +218,7 @@ def test_clauses_arrive_as_soon_as_they_are_complete() -> None:
 
 
 def test_first_clause_is_eager_later_ones_prefer_sentences() -> None:
-    chunker = ClauseChunker(3, 40, later_clause_words=6)
+    chunker = OldRules(3, 40, later_clause_words=6)
     text = "Yes, it is. Sure, fine, ok then, one two three four five, six seven."
     assert run(chunker, [text]) == [
         "Yes, it is.",  # one word before the comma: below min_clause_words
@@ -223,13 +229,13 @@ def test_first_clause_is_eager_later_ones_prefer_sentences() -> None:
 
 def test_min_clause_words_is_respected_for_clause_marks() -> None:
     text = "One two, three four, five six."
-    assert run(ClauseChunker(2), [text]) == ["One two,", "three four,", "five six."]
-    assert run(ClauseChunker(3), [text]) == ["One two, three four,", "five six."]
-    assert run(ClauseChunker(10), [text]) == [text]
+    assert run(OldRules(2), [text]) == ["One two,", "three four,", "five six."]
+    assert run(OldRules(3), [text]) == ["One two, three four,", "five six."]
+    assert run(OldRules(10), [text]) == [text]
 
 
 def test_force_split_at_max_words_waits_for_the_word_to_end() -> None:
-    chunker = ClauseChunker(1, 3)
+    chunker = OldRules(1, 3)
     assert chunker.push("one two thr") == []
     assert chunker.push("ee") == []
     assert chunker.push(" fo") == ["one two three"]
@@ -237,7 +243,7 @@ def test_force_split_at_max_words_waits_for_the_word_to_end() -> None:
 
 
 def test_chunker_is_reusable_after_flush() -> None:
-    chunker = ClauseChunker(4)
+    chunker = OldRules(4)
     assert run(chunker, ["- Paris, the capital city of France, is big"]) == [
         "Paris, the capital city",  # first phrase
         "of France, is big",
@@ -250,7 +256,7 @@ def test_chunker_is_reusable_after_flush() -> None:
 
 
 def test_first_phrase_split_waits_for_the_whole_next_word() -> None:
-    chunker = ClauseChunker(4)
+    chunker = OldRules(4)
     assert chunker.push("The capital of France") == []
     assert chunker.push(" i") == []
     assert chunker.push("s") == []  # "is" or "island"?
@@ -259,7 +265,7 @@ def test_first_phrase_split_waits_for_the_whole_next_word() -> None:
     assert chunker.push(" Rome") == []  # only the first clause of a reply
     assert chunker.flush() == ["The capital of Italy is Rome"]
 
-    chunker = ClauseChunker(4)
+    chunker = OldRules(4)
     assert chunker.push("The capital of France is") == []
     assert chunker.push(",") == ["The capital of France"]  # punctuation ends the word too
     assert chunker.push(" of course,") == []
@@ -267,7 +273,7 @@ def test_first_phrase_split_waits_for_the_whole_next_word() -> None:
 
 
 def test_first_phrase_split_can_be_disabled() -> None:
-    chunker = ClauseChunker(4, first_phrase_split=False)
+    chunker = OldRules(4, first_phrase_split=False)
     for text in [
         "The capital of France is Paris.",
         "Pi is about 3.14 and e is 2.72.",
@@ -278,10 +284,10 @@ def test_first_phrase_split_can_be_disabled() -> None:
 
 def test_first_phrase_split_needs_min_clause_words() -> None:
     text = "One is two three is four five."
-    assert run(ClauseChunker(1), [text]) == ["One", "is two three is four five."]
-    assert run(ClauseChunker(2), [text]) == ["One is two three", "is four five."]
-    assert run(ClauseChunker(4), [text]) == ["One is two three", "is four five."]
-    assert run(ClauseChunker(5), [text]) == [text]
+    assert run(OldRules(1), [text]) == ["One", "is two three is four five."]
+    assert run(OldRules(2), [text]) == ["One is two three", "is four five."]
+    assert run(OldRules(4), [text]) == ["One is two three", "is four five."]
+    assert run(OldRules(5), [text]) == [text]
 
 
 # (max_clause_chars, text, expected clauses) with min_clause_words=4
@@ -304,11 +310,11 @@ CHAR_LIMIT_CASES: list[tuple[int, str, list[str]]] = [
 @pytest.mark.parametrize(("max_chars", "text", "expected"), CHAR_LIMIT_CASES)
 def test_max_clause_chars(max_chars: int, text: str, expected: list[str]) -> None:
     for split in [whole, *SPLITTERS]:
-        assert run(ClauseChunker(4, max_clause_chars=max_chars), split(text)) == expected, split(text)
+        assert run(OldRules(4, max_clause_chars=max_chars), split(text)) == expected, split(text)
 
 
 def test_text_without_whitespace_is_spoken_while_it_streams() -> None:
-    chunker = ClauseChunker(4, max_clause_chars=10)
+    chunker = OldRules(4, max_clause_chars=10)
     assert [chunker.push("0") for _ in range(10)] == [[]] * 10
     assert chunker.push("0") == ["0" * 10]  # the 11th character: the clause is too long
     assert chunker.push("0" * 20) == ["0" * 10, "0" * 10]
@@ -337,6 +343,7 @@ def test_clean_for_speech(text: str, expected: str) -> None:
         ({"min_clause_words": 5, "max_clause_words": 4}, "max_clause_words"),
         ({"min_clause_words": 5, "later_clause_words": 4}, "later_clause_words"),
         ({"min_clause_words": 1, "max_clause_chars": 0}, "max_clause_chars"),
+        ({"min_clause_words": 1, "first_chunk_words": -1}, "first_chunk_words"),
     ],
 )
 def test_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
@@ -352,13 +359,15 @@ _VOCAB = (
 ).split("|")
 
 
+@pytest.mark.parametrize("first", [0, 2, 3])
 @pytest.mark.parametrize("seed", range(40))
-def test_random_texts_are_split_the_same_whatever_the_deltas(seed: int) -> None:
+def test_random_texts_are_split_the_same_whatever_the_deltas(seed: int, first: int) -> None:
     rng = random.Random(seed)
     text = " ".join(rng.choice(_VOCAB) for _ in range(rng.randint(1, 60)))
-    expected = run(ClauseChunker(3, 12), [text])
+    expected = run(ClauseChunker(3, 12, first_chunk_words=first), [text])
     for split in SPLITTERS:
-        assert run(ClauseChunker(3, 12), split(text)) == expected, (text, split(text))
+        got = run(ClauseChunker(3, 12, first_chunk_words=first), split(text))
+        assert got == expected, (text, split(text))
     assert all(is_speakable(clause) for clause in expected)
     joined = _no_space(" ".join(expected))
     cleaned = _no_space(clean_for_speech(text))
@@ -370,13 +379,84 @@ def _alnum(text: str) -> str:
     return "".join(ch for ch in text if ch.isalnum())
 
 
+@pytest.mark.parametrize("first", [0, 3])
 @pytest.mark.parametrize("seed", range(40))
-def test_random_texts_with_a_small_char_limit(seed: int) -> None:
+def test_random_texts_with_a_small_char_limit(seed: int, first: int) -> None:
     rng = random.Random(seed)
     text = " ".join(rng.choice(_VOCAB) for _ in range(rng.randint(1, 60)))
-    expected = run(ClauseChunker(2, 12, max_clause_chars=15), [text])
+    chunker = {"max_clause_chars": 15, "first_chunk_words": first}
+    expected = run(ClauseChunker(2, 12, **chunker), [text])
     for split in SPLITTERS:
-        assert run(ClauseChunker(2, 12, max_clause_chars=15), split(text)) == expected, (text, split(text))
+        assert run(ClauseChunker(2, 12, **chunker), split(text)) == expected, (text, split(text))
     assert all(is_speakable(clause) and len(clause) <= 15 for clause in expected)
     # only unspeakable text may be dropped (a tail, or a cut of symbols only)
     assert _alnum(" ".join(expected)) == _alnum(clean_for_speech(text))
+
+
+# ------------------------------------------------------------ the short first chunk
+
+#: (first_chunk_words, reply, clauses) with min_clause_words 4, as the reply builds it
+FIRST_CHUNK_CASES = [
+    # before a phrase start once it has N words
+    (3, "The capital of France is Paris, a city.", ["The capital of France", "is Paris, a city."]),
+    (3, "Bees make honey from the nectar of flowers.", ["Bees make honey", "from the nectar of flowers."]),
+    (2, "The capital of France is Paris.", ["The capital", "of France is Paris."]),
+    (2, "A spider has eight legs.", ["A spider", "has eight legs."]),
+    # at any clause mark, whatever the words
+    (3, "Sure, I can help with that. What now?", ["Sure,", "I can help with that.", "What now?"]),
+    (3, "Well; maybe.", ["Well;", "maybe."]),
+    # from 2N words on, at a word boundary that leaves nothing hanging
+    (2, "I am a voice assistant.", ["I am a voice", "assistant."]),
+    (2, "It is a very long way to the top.", ["It is a very long", "way to the top."]),
+    (2, "Seven big red apples sit there.", ["Seven big red apples", "sit there."]),
+    # a short sentence ends it first, as always
+    (3, "I am a voice assistant.", ["I am a voice assistant."]),
+    (3, "Yes. Paris is the capital of France.", ["Yes.", "Paris is the capital of France."]),
+    # then chunks grow: a long sentence is cut before a phrase start at twice the last chunk
+    (
+        3,
+        "A good name for a cat could be Mocha or Cocoa to reflect their natural color and the term Mocha.",
+        [
+            "A good name",
+            "for a cat could be Mocha",
+            "or Cocoa to reflect their natural color and the term Mocha.",
+        ],
+    ),
+    (2, "I see. Paris is big and old and in France.", ["I see.", "Paris is big and old", "and in France."]),
+    # not at 2N words yet, or the last word would hang: no growing cut
+    (3, "Okay. I can help with that today.", ["Okay.", "I can help with that today."]),
+    # only the first chunks are short: later clauses go by clause, as before
+    (3, "Hi there. One two, three four, five six.", ["Hi there.", "One two, three four,", "five six."]),
+    # 0: the old rule (first clause by min_clause_words and the first-phrase split)
+    (0, "Sure, I can help with that.", ["Sure, I can help", "with that."]),
+    (0, "Bees make honey from the nectar of flowers.", ["Bees make honey from the nectar", "of flowers."]),
+]
+
+
+@pytest.mark.parametrize(("first", "text", "expected"), FIRST_CHUNK_CASES)
+def test_the_first_chunk_is_short(first: int, text: str, expected: list[str]) -> None:
+    assert run(ClauseChunker(4, first_chunk_words=first), whole(text)) == expected
+    for split in SPLITTERS:
+        assert run(ClauseChunker(4, first_chunk_words=first), split(text)) == expected, split(text)
+
+
+def test_the_first_chunk_waits_for_the_whole_next_word_only() -> None:
+    chunker = ClauseChunker(4, first_chunk_words=3)
+    assert chunker.push("Bees make honey") == []
+    assert chunker.push(" fr") == []  # "fr..." may be "from" or "fresh"
+    assert chunker.push("om the") == ["Bees make honey"]
+    assert chunker.flush() == ["from the"]
+
+
+def test_every_reply_gets_its_own_short_first_chunk() -> None:
+    chunker = ClauseChunker(4, first_chunk_words=3)
+    assert run(chunker, whole("Bees make honey from flowers.")) == ["Bees make honey", "from flowers."]
+    assert run(chunker, whole("Cats like milk from a bowl.")) == ["Cats like milk", "from a bowl."]
+
+
+def test_the_default_comes_from_the_config() -> None:
+    from voice_pipeline.config import TTSConfig
+
+    text = "Sure, I can help with that."
+    default = TTSConfig().first_chunk_words
+    assert run(ClauseChunker(4), whole(text)) == run(ClauseChunker(4, first_chunk_words=default), whole(text))

@@ -35,6 +35,21 @@ Where a clause ends (on the cleaned text; the first rule met from the left wins)
   of France`` + ``is Paris.``: typical first sentences have no comma, and a
   short first clause is ready and synthesized sooner. Deciding needs the whole
   next word (the character after it), which costs about one LLM token.
+* **First chunk** -- only for the first clause of a reply and only with
+  ``first_chunk_words`` = N > 0 (default: ``tts.first_chunk_words``): the first audio
+  comes from the first few words. A clause mark ends it after any word (``Sure,``); from
+  N words on it ends before a word that starts a phrase (:data:`PHRASE_STARTS`, as the
+  first-phrase rule: ``The capital of France`` + ``is Paris.``, ``Bees make honey`` +
+  ``from flowers.`` with N = 3); from 2N words on at any word boundary whose last word
+  does not leave the phrase hanging (an article, pronoun, auxiliary, preposition or
+  conjunction, see :data:`DANGLING`). Then, while the reply is young (fewer than
+  ``later_clause_words`` words emitted), a clause also ends before a phrase start once it
+  has twice the words of the clause before it (and at least 2N and ``min_clause_words``),
+  its last word not hanging: chunks grow, so
+  each is synthesized while the one before it plays (a 3-word first chunk followed by a
+  25-word sentence without a comma left the listener waiting ~1 s on AVX2). Later chunks
+  go by the rules above. 0 turns both off (the first clause then needs
+  ``min_clause_words`` words, as any other while the reply is young).
 * **Length** -- at the first word boundary after ``max_clause_words`` words.
 * **Characters** -- a clause never holds more than ``max_clause_chars``
   characters (from its first visible one; default 200), so a run without
@@ -58,7 +73,16 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["PHRASE_STARTS", "ClauseChunker", "clean_for_speech", "is_speakable", "strip_symbols"]
+from voice_pipeline.config import TTSConfig
+
+__all__ = [
+    "DANGLING",
+    "PHRASE_STARTS",
+    "ClauseChunker",
+    "clean_for_speech",
+    "is_speakable",
+    "strip_symbols",
+]
 
 _SENTENCE_END = frozenset(".?!…")
 _CLAUSE_MARKS = frozenset(",;:—\u2013")
@@ -82,6 +106,16 @@ PHRASE_STARTS = frozenset(
         *"which that who whom whose where when".split(),
     }
 )
+#: words a short first chunk never ends on: they announce what follows ("The capital of |")
+DANGLING = frozenset(
+    {
+        *PHRASE_STARTS,
+        *"a an the my your his her its our their this these those some any no not very".split(),
+        *"i you he she we they it there".split(),  # "It | is", "There | are"
+    }
+)
+#: tts.first_chunk_words when the chunker is built without it
+_DEFAULT_FIRST_CHUNK_WORDS = TTSConfig().first_chunk_words
 #: characters that continue a word (besides letters and digits): "isn't", "in-depth"
 _WORD_JOINERS = frozenset("'\u2019-")
 _DROPPED_CHARS = frozenset("*`\u200d\ufe0e\ufe0f\u20e3")
@@ -177,6 +211,7 @@ class ClauseChunker:
         later_clause_words: int | None = None,
         first_phrase_split: bool = True,
         max_clause_chars: int = 200,
+        first_chunk_words: int = _DEFAULT_FIRST_CHUNK_WORDS,
     ) -> None:
         if min_clause_words < 1:
             raise ValueError("min_clause_words must be >= 1")
@@ -188,15 +223,19 @@ class ClauseChunker:
             raise ValueError("later_clause_words must be >= min_clause_words")
         if max_clause_chars < 1:
             raise ValueError("max_clause_chars must be >= 1")
+        if first_chunk_words < 0:
+            raise ValueError("first_chunk_words must be >= 0 (0: no short first chunk)")
         self._min_words = min_clause_words
         self._max_words = max_clause_words
         self._later_words = later_clause_words
         self._first_phrase_split = first_phrase_split
         self._max_chars = max_clause_chars
+        self._first_words = first_chunk_words
         self._cleaner = _Cleaner()
         self._buf = ""  # cleaned text of the clause being built (and lookahead)
         self._pos = 0  # next index of _buf to examine
         self._words_emitted = 0  # in this reply; 0 until its first clause is emitted
+        self._last_words = 0  # words of the clause emitted last (in this reply)
 
     def push(self, delta: str) -> list[str]:
         """Feed the next text delta; returns the clauses it completed (maybe none)."""
@@ -211,7 +250,7 @@ class ClauseChunker:
         self._buf, self._pos = "", 0
         if is_speakable(rest):
             clauses.append(rest)
-        self._words_emitted = 0
+        self._words_emitted = self._last_words = 0
         return clauses
 
     # ------------------------------------------------------------ internals
@@ -226,7 +265,8 @@ class ClauseChunker:
             self._buf = self._buf[end:]
             self._pos = 0
             if is_speakable(clause):  # only a character cut can give an unspeakable one
-                self._words_emitted += _word_count(clause)
+                self._last_words = _word_count(clause)
+                self._words_emitted += self._last_words
                 clauses.append(clause)
 
     def _next_boundary(self, *, final: bool) -> int | None:
@@ -259,6 +299,12 @@ class ClauseChunker:
             if ch.isspace():
                 words = _word_count(s[:i])
                 if words >= self._max_words:
+                    return i
+                first_ends = self._first_chunk_ends(i, n, words, final=final)
+                if first_ends is None:
+                    self._pos = i
+                    return None
+                if first_ends:
                     return i
                 if words >= self._min_words and self._first_phrase_split and self._words_emitted == 0:
                     starts = self._phrase_starts_after(i, n, final=final)
@@ -318,6 +364,30 @@ class ClauseChunker:
             return None
         return s[k:end].lower().replace("\u2019", "'") in PHRASE_STARTS
 
+    def _first_chunk_ends(self, i: int, n: int, words: int, *, final: bool) -> bool | None:
+        """True if the short first chunk, or a growing one after it, ends at the whitespace
+        at ``i`` (``words`` before it; see the module doc). None: the next word has not
+        arrived whole yet."""
+        if not self._first_words:
+            return False
+        if self._words_emitted:  # a growing chunk while the reply is young
+            grown = max(self._min_words, 2 * self._last_words, 2 * self._first_words)
+            if self._words_emitted >= self._later_words or words < grown or self._last_word(i) in DANGLING:
+                return False
+            return self._phrase_starts_after(i, n, final=final)
+        if words < self._first_words:
+            return False
+        if words >= 2 * self._first_words and self._last_word(i) not in DANGLING:
+            return True
+        return self._phrase_starts_after(i, n, final=final)
+
+    def _last_word(self, i: int) -> str:
+        """The word that ends at ``i``, lower-case, without quotes or brackets."""
+        start = i
+        while start > 0 and not self._buf[start - 1].isspace():
+            start -= 1
+        return self._buf[start:i].strip(_OPENERS + "".join(_CLOSERS)).lower().replace("\u2019", "'")
+
     def _char_cut(self, limit: int) -> int:
         """Where a clause reaching index ``limit`` is cut: its last whitespace, else the limit."""
         s = self._buf
@@ -328,6 +398,8 @@ class ClauseChunker:
         return limit
 
     def _clause_mark_words(self) -> int:
+        if self._first_words and self._words_emitted == 0:
+            return 1  # the short first chunk ends at any clause mark
         if self._words_emitted < self._later_words:
             return self._min_words
         return self._later_words

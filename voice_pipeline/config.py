@@ -206,6 +206,8 @@ class TTSConfig:
     voice_path: str | None = None
     #: a clause is spoken only once it has at least this many words (avoids choppy audio)
     min_clause_words: int = 4
+    #: the first chunk of a reply ends after this many words, or at a comma (0: no short first chunk)
+    first_chunk_words: int = 3
     #: onnxruntime intra-op threads (1 stays fast while the LLM is busy)
     threads: int = 1
     #: trailing silence Piper appends per chunk is trimmed to at most this
@@ -446,6 +448,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("asr.cpu_threads: must be >= 0 (0 = chosen for the machine)")
     if cfg.tts.min_clause_words < 1:
         raise ConfigError("tts.min_clause_words: must be >= 1")
+    if cfg.tts.first_chunk_words < 0:
+        raise ConfigError("tts.first_chunk_words: must be >= 0 (0: no short first chunk)")
     b = cfg.barge_in
     if b.min_speech_ms < 0 or b.confirm_speech_ms < b.min_speech_ms or b.echo_max_delay_ms < 0:
         raise ConfigError("barge_in: need 0 <= min_speech_ms <= confirm_speech_ms, echo_max_delay_ms >= 0")

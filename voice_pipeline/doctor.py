@@ -262,10 +262,10 @@ def _row(name: str, ms: float, floor: float | None, why: str) -> str:
 def format_report(report: DoctorReport) -> str:
     t, f = report.tuning, report.floors
     cpu = t.cpu
-    lines = [f"machine:  {cpu.model}; class {cpu.cpu_class}; {cpu.cores} usable core(s); {cpu.machine}"]
-    if cpu.emulation:
+    lines = [f"machine:  {cpu.model}; class {cpu.class_label}; {cpu.cores} usable core(s); {cpu.machine}"]
+    if cpu.native_class is not None:
         capped = f"caps this {cpu.native_class} CPU at {cpu.cpu_class}"
-        lines.append(f"          emulated: {cpu.emulation} {capped}")
+        lines.append(f"          emulated: {cpu.emulation} {capped}; every figure below is emulated")
     lines.append("settings:")
     for c in t.choices:
         lines.append(f"  {c.key:<20} {c.value!s:<10} {c.source}: {c.reason}")
@@ -277,7 +277,7 @@ def format_report(report: DoctorReport) -> str:
     if llm is None:
         lines.append("llm:      not measured (--no-llm)")
         return "\n".join(lines)
-    head = "llm:     "
+    head = "llm:     " if cpu.native_class is None else f"llm ({cpu.class_label}):"
     if report.engine_start_s is not None:
         head += f" engine started in {report.engine_start_s:.1f} s;"
     if llm.parameters is not None and llm.weight_bytes is not None:

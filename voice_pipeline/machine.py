@@ -33,11 +33,13 @@ The rules, and what they rest on (README "Thread budgets"; measurements on 2-cor
                               (fails to start); 32 measured best (docs/bench.md).
 ============================  ==========================================================
 
-Emulation: ``ONEDNN_MAX_CPU_ISA`` caps the instructions oneDNN (and so torch's linear
-layers, and CTranslate2's int8 GEMMs) may use. When it caps below the CPU's own class,
-:attr:`CPUInfo.cpu_class` is the capped class and :attr:`CPUInfo.label` says so
-("AVX2, emulated on an AVX-512 BF16 CPU"), so a measurement made that way is labelled
-honestly and gets the settings the emulated class would get.
+Emulation: ``VP_EMULATE_CPU=avx2`` makes every engine take its AVX2 code path on an
+AVX-512 CPU (oneDNN, ATen, MKL, CTranslate2 and vLLM's own kernels; see
+:mod:`voice_pipeline.emulation`, which :func:`this_cpu` activates). ``ONEDNN_MAX_CPU_ISA``
+alone caps only oneDNN (vLLM's kernels stay AVX-512: not a faithful emulation). When either
+caps below the CPU's own class, :attr:`CPUInfo.cpu_class` is the capped class and
+:attr:`CPUInfo.label` says so ("AVX2 (emulated on AVX-512 BF16)"), so a measurement made
+that way is labelled honestly and gets the settings the emulated class would get.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ _ONEDNN_CAPS = {
     "sse41": CPUClass.OLDER,
     "avx": CPUClass.OLDER,
     "avx2": CPUClass.AVX2,
+    "avx512": CPUClass.AVX512,
     "avx2_vnni": CPUClass.AVX2,
     "avx2_vnni_2": CPUClass.AVX2,
     "avx512_core": CPUClass.AVX512,
@@ -104,7 +107,7 @@ class CPUInfo:
     machine: str = "x86_64"
     #: the class the CPU itself has, when an environment cap lowers :attr:`cpu_class`
     native_class: CPUClass | None = None
-    #: the environment variable that caps it ("ONEDNN_MAX_CPU_ISA=AVX2")
+    #: the environment variable that caps it ("VP_EMULATE_CPU=avx2", "ONEDNN_MAX_CPU_ISA=AVX2")
     emulation: str | None = None
 
     @property
@@ -117,16 +120,22 @@ class CPUInfo:
 
     @property
     def label(self) -> str:
-        """``AVX-512 BF16, 2 cores (AMD EPYC)``; an emulated class says so."""
-        klass = str(self.cpu_class)
+        """``AVX-512 BF16, 2 cores (AMD EPYC)``; an emulated class says so:
+        ``AVX2 (emulated on AVX-512 BF16), 2 cores (AMD EPYC)``."""
+        return f"{self.class_label}, {self.cores} core{'s' if self.cores != 1 else ''} ({self.model})"
+
+    @property
+    def class_label(self) -> str:
+        """``AVX-512 BF16``, or ``AVX2 (emulated on AVX-512 BF16)`` (beside every figure)."""
         if self.native_class is not None and self.native_class != self.cpu_class:
-            klass = f"{klass}, emulated on an {self.native_class} CPU ({self.emulation})"
-        return f"{klass}, {self.cores} core{'s' if self.cores != 1 else ''} ({self.model})"
+            return f"{self.cpu_class} (emulated on {self.native_class})"
+        return str(self.cpu_class)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "model": self.model,
             "class": str(self.cpu_class),
+            "class_label": self.class_label,
             "native_class": str(self.native_class or self.cpu_class),
             "emulation": self.emulation,
             "cores": self.cores,
@@ -159,7 +168,8 @@ def _cap(klass: CPUClass, emulation: str | None) -> CPUClass:
 def parse_cpu(cpuinfo: str, cores: int, env: Mapping[str, str], machine: str = "x86_64") -> CPUInfo:
     """A :class:`CPUInfo` from the text of ``/proc/cpuinfo`` (the first processor's
     ``model name`` and ``flags``; ``Features`` on Arm), the usable core count and the
-    environment (``ONEDNN_MAX_CPU_ISA``). Unknown or missing fields give the weakest class."""
+    environment (``VP_EMULATE_CPU``, else ``ONEDNN_MAX_CPU_ISA``). Unknown or missing fields
+    give the weakest class."""
     model = ""
     flags: frozenset[str] = frozenset()
     for line in cpuinfo.splitlines():
@@ -172,7 +182,7 @@ def parse_cpu(cpuinfo: str, cores: int, env: Mapping[str, str], machine: str = "
         elif key in ("flags", "features") and not flags:
             flags = frozenset(value.split())
     emulation = None
-    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+    for name in ("VP_EMULATE_CPU", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
         if env.get(name):
             emulation = f"{name}={env[name]}"
             break
@@ -185,7 +195,11 @@ def parse_cpu(cpuinfo: str, cores: int, env: Mapping[str, str], machine: str = "
 
 @functools.cache
 def this_cpu() -> CPUInfo:
-    """This machine's CPU (read once)."""
+    """This machine's CPU (read once). Activates ``VP_EMULATE_CPU`` (sets the libraries'
+    caps in the environment; a one-line :class:`ConfigError` for an unknown class)."""
+    from voice_pipeline.emulation import activate
+
+    activate()
     try:
         text = CPUINFO.read_text(encoding="utf-8", errors="replace")
     except OSError:

@@ -43,7 +43,7 @@ from tts.base import TTS
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
-from voice_pipeline.config import Config
+from voice_pipeline.config import Config, TTSConfig
 from voice_pipeline.engines import Engines
 from voice_pipeline.heard import SpokenClause, heard_text
 from voice_pipeline.ledger import Mark
@@ -62,10 +62,10 @@ ComputeFn = Callable[[Span, int, int], None]
 SleepUntil = Callable[[int], Awaitable[None]]
 
 
-def clause_chunker(min_clause_words: int) -> ClauseChunker:
+def clause_chunker(tts: TTSConfig) -> ClauseChunker:
     """How every reply cuts its text into chunks for TTS (and a speculative reply its first
     chunk, synthesized ahead: the same cut, so the reply finds it)."""
-    return ClauseChunker(min_clause_words)
+    return ClauseChunker(tts.min_clause_words, first_chunk_words=tts.first_chunk_words)
 
 
 class Phrases:
@@ -209,7 +209,7 @@ class ReplyDeps:
     sleep_until: SleepUntil
     phrases: Phrases
     max_tokens: int  # llm.max_tokens
-    min_clause_words: int  # tts.min_clause_words
+    tts_cfg: TTSConfig  # how the reply is cut into chunks
     filler_text: str  # dialogue.filler_text
 
     @classmethod
@@ -219,7 +219,7 @@ class ReplyDeps:
     ) -> ReplyDeps:  # fmt: skip
         return cls(
             engines.llm, engines.tts, transport, clock, sleep_until, phrases,
-            cfg.llm.max_tokens, cfg.tts.min_clause_words, cfg.dialogue.filler_text,
+            cfg.llm.max_tokens, cfg.tts, cfg.dialogue.filler_text,
         )  # fmt: skip
 
 
@@ -352,7 +352,7 @@ class Reply:
         out: asyncio.Queue[str | _Phrase | None],
         prefetched: PrefetchedStream | None,
     ) -> None:
-        chunker = clause_chunker(self._deps.min_clause_words)
+        chunker = clause_chunker(self._deps.tts_cfg)
         cap = self._deps.max_tokens
         limit = cap if self.options.max_tokens is None else min(cap, self.options.max_tokens)
         speak = self.options.speak

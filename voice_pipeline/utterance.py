@@ -259,7 +259,7 @@ class Utterance:
     async def _hold_first_chunk(self, buffer: PrefetchedStream) -> None:
         """Synthesize the speculative reply's first chunk (cut as the reply will cut it) and
         hold it in ``buffer``; nothing is sent. A failure only loses the head start."""
-        chunker = clause_chunker(self._cfg.tts.min_clause_words)
+        chunker = clause_chunker(self._cfg.tts)
         first: str | None = None
         stream = buffer.stream()
         try:
