@@ -10,9 +10,10 @@ modes interleaved question by question so that load on the machine hits both ali
 
 * ``before`` -- the reply computed after the turn ends, as until 2026-12: the LLM prefetched
   on the speculative transcript but nothing synthesized ahead (``dialogue.speculative_audio``
-  off), the turn model after the words, 2 Whisper threads;
-* ``after`` -- the defaults: the speculative reply's first chunk synthesized and held during
-  the pause, the turn model and the Whisper threads chosen for the CPU (``auto``).
+  off), the first chunk a whole clause (``tts.first_chunk_words: 0``), the turn model after
+  the words, 2 Whisper threads;
+* ``after`` -- the defaults: the speculative reply's short first chunk synthesized and held
+  during the pause, the turn model and the Whisper threads chosen for the CPU (``auto``).
 
 Per mode: voice-to-voice p50/p95 (ledger; it agrees with the wire within a frame),
 endpointing p50, when the words came back (p50, after the end of speech), how often the
@@ -59,6 +60,7 @@ def mode_config(base: Config, mode: str) -> Config:
             base,
             dialogue=dataclasses.replace(base.dialogue, speculative_audio=False),
             turn=dataclasses.replace(base.turn, model_start="words"),
+            tts=dataclasses.replace(base.tts, first_chunk_words=0),
         )
     return base
 
@@ -105,8 +107,11 @@ async def main() -> None:
     engines = Engines.load(base, paths, progress=lambda m: print(m, flush=True))
     await engines.warm_up(base.dialogue.system_prompt)
     assert engines.tuning is not None
-    # "before" decoded with 2 Whisper threads (the old choice on every class)
-    asr_before = build_asr(dataclasses.replace(engines.tuning.asr(base.asr), cpu_threads=2), paths.asr)
+    # "before" decoded with 2 Whisper threads (the old choice on every class): the same engine
+    # where that is still the choice, else a second one
+    asr_before = engines.asr
+    if engines.tuning.asr_threads != 2:
+        asr_before = build_asr(dataclasses.replace(engines.tuning.asr(base.asr), cpu_threads=2), paths.asr)
     modes = args.modes.split(",")
     rows: dict[str, list[TurnRecord]] = {m: [] for m in modes}
     for rep in range(args.reps):
