@@ -287,20 +287,30 @@ def tuned_for(flags: str) -> Tuning:
 
 
 @pytest.mark.parametrize(("flags", "at_pause"), [("avx avx2 fma", True), ("avx2 avx512f avx512_bf16", False)])
-async def test_the_turn_model_runs_where_the_machine_chose(flags: str, at_pause: bool) -> None:
-    """``turn.model_start: auto``: on AVX2 the model runs at the pause, beside the decode,
-    even after words that decide alone (its verdict is recorded); on AVX-512 only after
-    neutral words. A question mark reads complete."""
-    fakes = Fakes(turn=FakeTurnModel(p=0.9), tuning=tuned_for(flags))
-    fakes.asr.text = "what is the answer?"
+@pytest.mark.parametrize(
+    ("text", "cue"), [("what is the answer?", "complete"), ("what is the answer", "neutral")]
+)
+async def test_the_turn_model_runs_where_the_machine_chose(
+    flags: str, at_pause: bool, text: str, cue: str
+) -> None:
+    """``turn.model_start: auto``: on AVX2 the model starts at the pause, beside the decode
+    (``early``); on AVX-512 after the words, and only if they are neutral. Either way its
+    verdict is used only after neutral words: the same decisions on both classes."""
+    fakes = Fakes(turn=FakeTurnModel(p=0.2), tuning=tuned_for(flags))  # sounds unfinished
+    fakes.asr.text = text
     h = make_harness(base_config(), fakes)
     try:
         await h.driver.speak(0.6)
-        await h.driver.quiet_until(lambda: h.completed(1))
-        assert fakes.turn is not None and bool(fakes.turn.audio_s) is at_pause
+        await h.driver.quiet_until(lambda: h.completed(1), max_s=5.0)
+        assert fakes.turn is not None
+        ran = bool(fakes.turn.audio_s)
+        assert ran is (at_pause or cue == "neutral")
         eot = h.record(1).end_of_turn
-        assert eot is not None and eot.rule == "complete" and eot.cue == "complete"
-        assert (eot.p_complete is not None) is at_pause
+        assert eot is not None and eot.cue == cue
+        if cue == "complete":  # the words decide: the short wait, the sound not used
+            assert eot.rule == "complete" and eot.p_complete is None
+        else:  # neutral words, an unfinished sound: the long wait, its verdict recorded
+            assert eot.rule == "incomplete" and eot.p_complete == pytest.approx(0.2)
     finally:
         await h.session.aclose()
 

@@ -74,12 +74,13 @@ class TurnConfig:
     #: when the turn model runs in a pause: "words" = once the speculative transcript is in,
     #: and only if the words are neutral (unfinished words wait the longest anyway; a
     #: question mark ends the turn after the short wait); "pause" = at the first silent
-    #: frame, beside the speculative decode, always (while the machine has room for
-    #: speculation; else as "words"). On 2 cores the model's 130 ms slows the decode or the
-    #: LLM beside it (README "Turn-taking"); "auto" = chosen for the CPU
-    #: (voice_pipeline/machine.py: "pause" on AVX2, where the words come too late for the
-    #: model after them, "words" on AVX-512)
-    model_start: Literal["auto", "words", "pause"] = "auto"
+    #: frame, beside the speculative decode, its verdict used whatever the words; "early" =
+    #: computed at the first silent frame, used as with "words" (only after neutral words).
+    #: At the pause only while the machine has room for speculation, else as "words". On 2
+    #: cores the model's 130 ms slows the decode or the LLM beside it (README "Turn-taking");
+    #: "auto" = chosen for the CPU (voice_pipeline/machine.py: "early" on AVX2, where the
+    #: words come too late for the model after them, "words" on AVX-512)
+    model_start: Literal["auto", "words", "early", "pause"] = "auto"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
     #: the wait when words and sound disagree (a question mark, an unfinished sound), or the

@@ -21,11 +21,12 @@ The rules, and what they rest on (README "Thread budgets"; measurements on 2-cor
                               (on a 2-core AVX2 EPYC one thread decoded a 3 s question in
                               158 ms alone, two in 209; beside the LLM 237 vs 250) and on
                               a single core.
-``turn.model_start``          ``auto``: ``pause`` on AVX2 and older -- there the words come
+``turn.model_start``          ``auto``: ``early`` on AVX2 and older -- there the words come
                               back 300-500 ms into a pause and a model started after them
                               was never back in time (``p_complete`` null in every turn);
                               started at the pause on its own core (the ASR has the other)
-                              its 150-170 ms fit the short wait. ``words`` on AVX-512, where
+                              its 150-170 ms are done when the words are; its verdict is
+                              used as with ``words``. ``words`` on AVX-512, where
                               the words are back in ~150 ms and the model beside the decode
                               cost complete questions 60-100 ms (README "Turn-taking").
 ``llm.kv_block_tokens``       32 on every x86 CPU: vLLM's CPU default (128) never reuses
@@ -248,7 +249,7 @@ class Tuning:
     choices: tuple[Choice, ...]
     #: "vllm" (in process: the llm values are used) or "remote" (they are not)
     llm_engine: str = "vllm"
-    #: when the audio turn model runs in a pause ("words" or "pause"; ``turn.model_start``)
+    #: when the audio turn model runs in a pause ("words", "early" or "pause"; ``turn.model_start``)
     turn_model_start: str = "words"
 
     def llm(self, cfg: LLMConfig) -> LLMConfig:
@@ -326,7 +327,7 @@ def choose_turn_model_start(cpu: CPUInfo, configured: str) -> Choice:
     if configured != "auto":
         return Choice("turn.model_start", configured, Source.CONFIG, "set in the config")
     if cpu.cpu_class in _SLOW_CLASSES and cpu.cores > 1:
-        return Choice("turn.model_start", "pause", Source.MACHINE, f"{cpu.cpu_class}: words come late")
+        return Choice("turn.model_start", "early", Source.MACHINE, f"{cpu.cpu_class}: words come late")
     return Choice("turn.model_start", "words", Source.MACHINE, f"{cpu.cpu_class}: words come in time")
 
 

@@ -7,8 +7,10 @@ A thin asyncio adapter; it decides nothing. The session creates one per user tur
   ``Seal`` stops it), so a continued turn has all its audio, pauses included;
 * ``speculate(speech_end)`` -- a pause began: the speculative final ASR decode and the
   turn model run in worker threads -- the model once the words are in (``turn.model_start:
-  words``, what ``auto`` chooses on AVX-512; only when the words are neutral: they decide the
-  rest), or at once, in parallel (``pause``, chosen on AVX2 while the machine has room);
+  words``, what ``auto`` chooses on AVX-512), its verdict used only when the words are neutral
+  (they decide the rest); or computed at once, beside the decode, and used the same way
+  (``early``, chosen on AVX2 while the machine has room: there the words come too late for
+  a model started after them); or at once and used whatever the words (``pause``);
   each reports what it found with ``on_evidence``
   (the words' :class:`~vad.end_of_turn.Cue`, or P(complete), or that the model failed
   or was not needed), tagged with the pause, and when it came back (``evidence_at``);
@@ -50,6 +52,8 @@ from voice_pipeline.turnevents import EvidenceFound
 log = logging.getLogger(__name__)
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
+#: the turn model's answer: P(complete) and when it ran (clock ns), or None (it failed)
+_Verdict = tuple[float, int, int] | None
 
 
 class Utterance:
@@ -79,7 +83,7 @@ class Utterance:
         #: and the turn model's own compute time (ms)
         self.evidence_at: dict[str, float] = {}
         self._partials: asyncio.Task[None] | None = None
-        self._evidence: list[asyncio.Task[None]] = []
+        self._evidence: list[asyncio.Task[Any]] = []
         self._prefetch: asyncio.Task[None] | None = None
         self._prefetched: PrefetchedStream | None = None
         self._prefetch_ready = asyncio.Event()
@@ -127,22 +131,27 @@ class Utterance:
             self.transcriber.speculate()
         model = self._engines.turn is not None and self._cfg.turn.semantic
         audio = self.transcriber.audio()  # what the turn model hears: the utterance up to the pause
-        after_words = model and self._model_after_words()
-        self._evidence = [
-            self._spawn(self._words(speech_end, audio if after_words else None), f"words-{self.turn_id}")
-        ]
-        if model and not after_words:
+        start = self._model_start() if model else None
+        then: NDArray[np.float32] | asyncio.Task[_Verdict] | None = None
+        if start == "words":
+            then = audio
+        elif start == "early":  # computed now, beside the decode; used as with "words"
+            then = asyncio.ensure_future(self._verdict(audio))
+        self._evidence = [self._spawn(self._words(speech_end, then), f"words-{self.turn_id}")]
+        if isinstance(then, asyncio.Task):
+            self._evidence.append(then)  # dropped with the rest
+        if start == "pause":
             self._evidence.append(self._spawn(self._sound(speech_end, audio), f"turn-model-{self.turn_id}"))
 
-    def _model_after_words(self) -> bool:
-        """Run the turn model after the words (else at once, beside the decode): as configured,
-        or for ``auto`` as chosen for the CPU -- at once only while the machine has room (no
-        other session's speculation fills the budget)."""
+    def _model_start(self) -> str:
+        """When the turn model runs: as configured, or for ``auto`` as chosen for the CPU
+        (:func:`voice_pipeline.machine.choose_turn_model_start`). It starts at the pause only
+        while the machine has room (no other session's speculation fills the budget)."""
         start: str = self._cfg.turn.model_start
         if start == "auto":
             tuning = self._engines.tuning
             start = "words" if tuning is None else tuning.turn_model_start
-        return start == "words" or not self._engines.speculation.has_room
+        return start if start == "words" or self._engines.speculation.has_room else "words"
 
     def stop_speculating(self) -> None:
         self.paused = False
@@ -164,22 +173,37 @@ class Utterance:
     def _after(self, sample: int) -> float:
         return (self._clock() - self._time_of(sample)) / 1e6
 
-    async def _words(self, speech_end: int, then_sound: NDArray[np.float32] | None) -> None:
-        """The words of the pause; then (``then_sound``: the audio) the turn model, only if the
-        words are neutral: unfinished words wait the longest anyway, and a question mark ends
-        the turn after the short wait (continuation catches a speaker who goes on). On 2
-        cores the model's 130 ms beside the LLM prefetch cost complete questions ~100 ms."""
-        spec = await self.transcriber.speculative() if self._cfg.asr.speculative_final else None
-        cue = Cue.NEUTRAL if spec is None else transcript_cue(spec.text)
-        self.evidence_at["words"] = self._after(speech_end)
-        self._on_evidence(EvidenceFound(self.turn_id, speech_end, cue=cue))
-        if then_sound is not None:
-            if cue is Cue.NEUTRAL:
-                await self._sound(speech_end, then_sound)
-            else:
+    async def _words(
+        self, speech_end: int, then: NDArray[np.float32] | asyncio.Task[_Verdict] | None
+    ) -> None:
+        """The words of the pause; then (``then``: the audio, or the model already running on
+        it) the turn model's verdict, only if the words are neutral: unfinished words wait the
+        longest anyway, and a question mark ends the turn after the short wait (continuation
+        catches a speaker who goes on). On 2 cores the model's 130 ms beside the LLM prefetch
+        cost complete questions ~100 ms."""
+        try:
+            spec = await self.transcriber.speculative() if self._cfg.asr.speculative_final else None
+            cue = Cue.NEUTRAL if spec is None else transcript_cue(spec.text)
+            self.evidence_at["words"] = self._after(speech_end)
+            self._on_evidence(EvidenceFound(self.turn_id, speech_end, cue=cue))
+            if then is None:
+                return
+            if cue is not Cue.NEUTRAL:
                 self._on_evidence(EvidenceFound(self.turn_id, speech_end, no_sound=True))
+            elif isinstance(then, asyncio.Task):
+                self._report(speech_end, await then)
+            else:
+                await self._sound(speech_end, then)
+        finally:
+            if isinstance(then, asyncio.Task):
+                then.cancel()  # not needed (or done): its thread's answer is dropped
 
     async def _sound(self, speech_end: int, audio: NDArray[np.float32]) -> None:
+        self._report(speech_end, await self._verdict(audio))
+
+    async def _verdict(self, audio: NDArray[np.float32]) -> _Verdict:
+        """The turn model on ``audio``, in a worker thread: (P(complete), start, end), or None
+        if it failed (logged: the turn is decided without it)."""
         model = self._engines.turn
         assert model is not None
 
@@ -188,11 +212,16 @@ class Utterance:
             return model.p_complete(audio), start, self._clock()
 
         try:
-            p, start, end = await asyncio.to_thread(run)
+            return await asyncio.to_thread(run)
         except Exception:
             log.warning("turn %d: the turn model failed; deciding without it", self.turn_id, exc_info=True)
+            return None
+
+    def _report(self, speech_end: int, verdict: _Verdict) -> None:
+        if verdict is None:
             self._on_evidence(EvidenceFound(self.turn_id, speech_end, no_sound=True))
             return
+        p, start, end = verdict
         self.evidence_at["sound"] = self._after(speech_end)
         self.evidence_at["sound_compute"] = (end - start) / 1e6
         self._on_evidence(EvidenceFound(self.turn_id, speech_end, p_complete=p))
