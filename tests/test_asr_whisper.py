@@ -10,6 +10,7 @@ import pytest
 from speech import concat, espeak, normalize, silence, word_error_rate
 
 import asr.faster_whisper as fw
+import asr.window
 from asr.base import ASREngine
 from asr.faster_whisper import (
     FasterWhisperASR,
@@ -78,7 +79,7 @@ def test_degenerate_fast_decode_falls_back(
 ) -> None:
     reference = "What is the capital of France?"
     audio = espeak(reference)
-    monkeypatch.setattr(fw, "looks_degenerate", lambda text, audio_s, *, hit_max_length: True)
+    monkeypatch.setattr(asr.window, "looks_degenerate", lambda text, audio_s, *, hit_max_length: True)
     assert fw_asr.transcribe_window(audio) is None
     assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
 
