@@ -54,6 +54,32 @@ budget (end-of-text suppressed) added 0.2-0.5 s. The two paths differ in single
 words here and there, in both directions; on these sets the fast one was slightly
 better, not worse.
 
+Shorter windows for shorter clips: measured, not the default. ``windows=(4, 5, 6, 8)``
+decodes a clip in the smallest window leaving it 1 s of room
+(:func:`asr.window.choose_window`; a rejected decode tries the 10 s window before the
+30 s one). The encoder is a small part of a short decode (10 s / 4 s window: 35 / 13 ms
+on AVX-512 BF16, 69 / 24 ms on emulated AVX2), and about one decode in five in a 4-8 s window
+was rejected by the guards, mostly a loop run into its token budget (none got through),
+which costs a second decode. So the median gained 10-30 ms, the p90 lost 100-190 ms and
+the WER 0.8-1.3 points (held-out sentences: 1.6-2.3). Measured 2026-12-01 on a 2-core
+AMD EPYC (shared, load 3-4) by ``benchmarks/bench_asr_window.py`` (AVX2: the same with
+``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 CT2_FORCE_CPU_ISA=AVX2`` and
+``--voices en-us+f3 piper``); 12 questions, 32 sentences and 24 held-out ones, espeak-ng
+en-us+f3/m3, en-gb+m1 and Piper, bare and framed, 0.6-6.0 s (544 clips; AVX2 272);
+decode ms p50 / p90 with any second decode, WER:
+
+=================================  ===  ========================  ==========================
+rule                               thr  AVX-512 BF16              AVX2, emulated on AVX-512
+=================================  ===  ========================  ==========================
+10 s only (the default)            1    154 / 263 ms, 13.3 %      188 / 263 ms, 12.2 %
+"                                  2    157 / 265 ms, 13.3 %      191 / 253 ms, 12.2 %
+smallest with 1 s room, then 10 s  1    141 / 394 ms, 14.6 %      158 / 434 ms, 13.3 %
+"                                  2    143 / 401 ms, 14.6 %      162 / 443 ms, 13.3 %
+room max(1 s, 50 %), then 10 s     1    144 / 367 ms, 14.1 %      162 / 426 ms, 13.1 %
+"                                  2    149 / 381 ms, 14.1 %      169 / 426 ms, 13.1 %
+smallest with 1 s room, then 30 s  1    141 / 657 ms, 14.6 %      158 / 802 ms, 13.0 %
+=================================  ===  ========================  ==========================
+
 Decode options of the full path (faster-whisper's ``transcribe``), and why (figures
 measured on the project's 2-core machines, and this module's tests):
 
@@ -112,7 +138,6 @@ from asr.window import (
     LOG_PROB_THRESHOLD,
     NO_SPEECH_THRESHOLD,
     WINDOW_MARGIN_S,
-    WINDOWS_S,
     choose_window,
     ct2_max_length,
     has_repeat_loop,
@@ -135,10 +160,10 @@ __all__ = [
     "DEFAULT_WINDOW_S",
     "LOG_PROB_THRESHOLD",
     "NO_SPEECH_THRESHOLD",
-    "WINDOWS_S",
     "WINDOW_MARGIN_S",
     "FasterWhisperASR",
     "check_model_dir",
+    "choose_window",
     "ct2_max_length",
     "has_repeat_loop",
     "judge_window",
@@ -200,8 +225,9 @@ class FasterWhisperASR:
         windows: Sequence[float] = (),
     ) -> None:
         """``window_s``: the fast path's largest window (None = always the full 30 s
-        window); ``windows``: the shorter ones a short clip may decode in
-        (:func:`asr.window.choose_window`; ``()`` = always ``window_s``)."""
+        window); ``windows``: shorter ones a short clip may decode in
+        (:func:`asr.window.choose_window`); ``()``, the default, = always ``window_s``
+        (the shorter windows were measured and did not pay: see the module docstring)."""
         if window_s is not None and not 2.0 <= window_s <= 30.0:
             raise ConfigError(f"asr: window_s must be between 2 and 30 seconds, got {window_s}")
         if any(not 1.0 <= w <= 30.0 for w in windows):
@@ -287,6 +313,10 @@ class FasterWhisperASR:
         t0 = time.monotonic_ns()
         try:
             text = window.decode(model, samples, audio_s, chosen)
+            if text is None and window_s is None and chosen < window.window_s:
+                # a short window's decode the guards reject (mostly a loop): the largest
+                # window decodes it before the full 30 s one is asked
+                text = window.decode(model, samples, audio_s, window.window_s)
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"faster-whisper decode failed: {exc}", retryable=False) from exc
         if text is None:

@@ -1,25 +1,21 @@
 """The fast path's pure decisions: which short window a clip decodes in, and whether
 to trust what came back (:mod:`asr.faster_whisper` runs the model).
 
-Window choice (:func:`choose_window`): the encoder's cost grows with the window, so a
-short clip gets the smallest window of :data:`WINDOWS_S` that holds it with room to
-spare; the largest window (the engine's ``window_s``) takes audio up to
-``window_s - WINDOW_MARGIN_S``. Why the margin: a window only as long as the audio
-makes Whisper loop (MEASURED.md: WER 117-412 %); the measured figures are in
-:mod:`asr.faster_whisper`'s docstring.
+Window choice (:func:`choose_window`): the engine's ``window_s`` (10 s) takes audio up
+to ``window_s - WINDOW_MARGIN_S``. Shorter windows for shorter clips are an option of
+the engine (``windows=``), off by default: measured on the project's sets, they saved
+only 10-15 ms at the median (the encoder of tiny.en is a small part of a decode) while
+about one decode in five looped or was rejected in a 4-8 s window, which cost WER and
+the tail (figures in :mod:`asr.faster_whisper`'s docstring).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-#: the windows a short clip may decode in, seconds (the engine's ``window_s`` caps them)
-WINDOWS_S: tuple[float, ...] = (4.0, 5.0, 6.0, 8.0)
-#: the largest window takes audio up to ``window_s - WINDOW_MARGIN_S`` seconds, and
-#: every window keeps at least this much room after the audio
+#: the largest window takes audio up to ``window_s - WINDOW_MARGIN_S`` seconds, and a
+#: shorter window keeps at least this much room after the audio
 WINDOW_MARGIN_S = 1.0
-#: ... and a smaller window keeps at least this share of the audio as room too
-WINDOW_MARGIN_SHARE = 0.0
 
 #: faster-whisper's silence guard: no-speech probability above this *and* ...
 NO_SPEECH_THRESHOLD = 0.6
@@ -39,15 +35,17 @@ def choose_window(
     audio_s: float,
     window_s: float,
     *,
-    windows: Sequence[float] = WINDOWS_S,
+    windows: Sequence[float],
     margin_s: float = WINDOW_MARGIN_S,
-    margin_share: float = WINDOW_MARGIN_SHARE,
+    margin_share: float = 0.0,
 ) -> float | None:
     """The window, seconds, that ``audio_s`` seconds of audio decode in; None = too long.
 
     The smallest of ``windows`` below ``window_s`` with ``max(margin_s, margin_share *
     audio_s)`` seconds of room after the audio; else ``window_s`` itself when the audio
     leaves it ``margin_s`` of room; else None (the full 30 s window decodes it).
+    A window with too little room makes Whisper loop (MEASURED.md: WER 117-412 % in a
+    window only as long as the audio).
     """
     room = max(margin_s, margin_share * audio_s)
     for window in sorted(windows):

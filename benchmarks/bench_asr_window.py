@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_asr_window.py [--threads 1 2] [--windows 4 5 6 8 10]
         [--voices en-us+f3 en-us+m3 en-gb+m1 piper] [--sets questions sentences held-out]
+        [--encoder-only]
 
     # the AVX2 code paths on an AVX-512 machine (labelled "emulated" in the output):
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 CT2_FORCE_CPU_ISA=AVX2 \\
@@ -17,6 +18,7 @@ decode the guards reject falls back to the full 30 s window and is charged for b
 
 Printed per thread count and the CPU class (:func:`voice_pipeline.machine.this_cpu`):
 
+* the encoder alone per window, ms p50 (``--encoder-only``: only this);
 * per window W: the clips W holds with 1 s of room, decode ms p50 / p90 in W and in
   10 s on the same clips, WER in each, and how many fell back;
 * per window rule, over all clips: the current one (10 s only), the adaptive rule of
@@ -351,6 +353,30 @@ def _full_ms(results: Results, i: int, t: int) -> float:
     return results.full[(i, t)].ms
 
 
+def encoder_ms(model_dir: Path, threads: Sequence[int], windows: Sequence[float], reps: int) -> None:
+    """The encoder alone per window (a decode is this plus one decoder step per token)."""
+    import ctranslate2
+    from faster_whisper import WhisperModel
+
+    cfg = ASRConfig()
+    models = {
+        t: WhisperModel(str(model_dir), device="cpu", compute_type=cfg.compute_type, cpu_threads=t)
+        for t in threads
+    }
+    samples: dict[tuple[int, float], list[float]] = defaultdict(list)
+    for rep in range(reps + 1):
+        for t, model in models.items():
+            for w in windows:
+                mels = np.zeros((1, 80, round(w * 100)), dtype=np.float32)
+                t0 = time.perf_counter()
+                model.model.encode(ctranslate2.StorageView.from_array(mels))
+                if rep:  # the first round warms up
+                    samples[(t, w)].append((time.perf_counter() - t0) * 1000)
+    for t in threads:
+        cells = "  ".join(f"{w:g} s {statistics.median(samples[(t, w)]):5.1f}" for w in windows)
+        print(f"encoder alone, {t} thread{'s' if t > 1 else ''}, ms p50 of {reps}: {cells}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -359,6 +385,8 @@ def main() -> None:
     ap.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
     ap.add_argument("--min-room", type=float, default=0.5, help="least room after the audio, seconds")
     ap.add_argument("--limit", type=int, default=0, help="use only the first N clips (a quick look)")
+    ap.add_argument("--encoder-reps", type=int, default=30, help="encoder-alone timings per window")
+    ap.add_argument("--encoder-only", action="store_true", help="only time the encoder per window")
     args = ap.parse_args()
     if any(t < 1 for t in args.threads) or any(not 2.0 <= w <= 30.0 for w in args.windows):
         sys.exit("--threads must be >= 1 and --windows between 2 and 30 seconds")
@@ -382,6 +410,9 @@ def main() -> None:
         f"{len(clips)} clips ({', '.join(args.sets)} x {', '.join(args.voices)} x bare/framed), "
         f"{min(c.audio_s for c in clips):.1f}-{max(c.audio_s for c in clips):.1f} s; tiny.en int8, beam 1"
     )
+    encoder_ms(model_dir, sorted(engines), windows, args.encoder_reps)
+    if args.encoder_only:
+        return
     t0 = time.monotonic()
     results = run(clips, engines, windows, args.min_room)
     report(clips, results, sorted(engines), windows)
