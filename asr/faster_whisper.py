@@ -54,6 +54,32 @@ budget (end-of-text suppressed) added 0.2-0.5 s. The two paths differ in single
 words here and there, in both directions; on these sets the fast one was slightly
 better, not worse.
 
+Shorter windows for shorter clips: measured, not the default. ``windows=(4, 5, 6, 8)``
+decodes a clip in the smallest window leaving it 1 s of room
+(:func:`asr.window.choose_window`; a rejected decode tries the 10 s window before the
+30 s one). The encoder is a small part of a short decode (10 s / 4 s window: 35 / 13 ms
+on AVX-512 BF16, 69 / 24 ms on emulated AVX2), and about one decode in five in a 4-8 s window
+was rejected by the guards, mostly a loop run into its token budget (none got through),
+which costs a second decode. So the median gained 10-30 ms, the p90 lost 100-190 ms and
+the WER 0.8-1.3 points (held-out sentences: 1.6-2.3). Measured 2026-12-01 on a 2-core
+AMD EPYC (shared, load 3-4) by ``benchmarks/bench_asr_window.py`` (AVX2: the same with
+``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 CT2_FORCE_CPU_ISA=AVX2`` and
+``--voices en-us+f3 piper``); 12 questions, 32 sentences and 24 held-out ones, espeak-ng
+en-us+f3/m3, en-gb+m1 and Piper, bare and framed, 0.6-6.0 s (544 clips; AVX2 272);
+decode ms p50 / p90 with any second decode, WER:
+
+=================================  ===  ========================  ==========================
+rule                               thr  AVX-512 BF16              AVX2, emulated on AVX-512
+=================================  ===  ========================  ==========================
+10 s only (the default)            1    154 / 263 ms, 13.3 %      188 / 263 ms, 12.2 %
+"                                  2    157 / 265 ms, 13.3 %      191 / 253 ms, 12.2 %
+smallest with 1 s room, then 10 s  1    141 / 394 ms, 14.6 %      158 / 434 ms, 13.3 %
+"                                  2    143 / 401 ms, 14.6 %      162 / 443 ms, 13.3 %
+room max(1 s, 50 %), then 10 s     1    144 / 367 ms, 14.1 %      162 / 426 ms, 13.1 %
+"                                  2    149 / 381 ms, 14.1 %      169 / 426 ms, 13.1 %
+smallest with 1 s room, then 30 s  1    141 / 657 ms, 14.6 %      158 / 802 ms, 13.0 %
+=================================  ===  ========================  ==========================
+
 Decode options of the full path (faster-whisper's ``transcribe``), and why (figures
 measured on the project's 2-core machines, and this module's tests):
 
@@ -108,6 +134,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.base import Transcription
+from asr.window import (
+    LOG_PROB_THRESHOLD,
+    NO_SPEECH_THRESHOLD,
+    WINDOW_MARGIN_S,
+    choose_window,
+    ct2_max_length,
+    has_repeat_loop,
+    judge_window,
+    looks_degenerate,
+)
 from voice_pipeline.errors import (
     AudioInputError,
     ClosedError,
@@ -120,6 +156,20 @@ from voice_pipeline.errors import (
 if TYPE_CHECKING:
     from voice_pipeline.config import ASRConfig
 
+__all__ = [
+    "DEFAULT_WINDOW_S",
+    "LOG_PROB_THRESHOLD",
+    "NO_SPEECH_THRESHOLD",
+    "WINDOW_MARGIN_S",
+    "FasterWhisperASR",
+    "check_model_dir",
+    "choose_window",
+    "ct2_max_length",
+    "has_repeat_loop",
+    "judge_window",
+    "looks_degenerate",
+]
+
 #: audio shorter than this decodes to "" without running the model
 MIN_AUDIO_S = 0.1
 
@@ -129,30 +179,17 @@ REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
 
 SAMPLE_RATE_HZ = 16000
 
-#: length of the short window the fast path pads its features to, seconds
+#: the largest short window (the engine's ``window_s``), seconds; shorter clips decode
+#: in a shorter one (:func:`asr.window.choose_window`)
 DEFAULT_WINDOW_S = 10.0
-#: the fast path takes audio up to ``window_s - WINDOW_MARGIN_S`` seconds
-WINDOW_MARGIN_S = 1.0
 #: silence the fast path puts before the audio: speech starting at the very first
 #: sample is misheard more often in a short window (see the module docstring)
 LEAD_IN_S = 0.05
 
-#: faster-whisper's silence guard: no-speech probability above this *and* ...
-NO_SPEECH_THRESHOLD = 0.6
-#: ... average token log-probability below this. Alone, a low average log-probability
-#: sends the fast path to the full 30 s window (faster-whisper re-decodes it too).
-LOG_PROB_THRESHOLD = -1.0
-
-#: a decode with more words than ``MAX_WORDS_PER_S * audio_s + MAX_EXTRA_WORDS``
-#: cannot be what was said: it is a loop
-MAX_WORDS_PER_S = 5.0
-MAX_EXTRA_WORDS = 3
 #: the fast path's token budget, ``ceil(MAX_NEW_TOKENS_PER_S * audio_s) + MAX_NEW_TOKENS_EXTRA``:
 #: above the word limit (~1.3 tokens a word), small enough that a loop ends early
 MAX_NEW_TOKENS_PER_S = 8.0
 MAX_NEW_TOKENS_EXTRA = 10
-#: an n-gram repeated back to back this often is a loop (single words: one more)
-MIN_LOOP_REPEATS = 3
 
 
 def check_model_dir(model_dir: Path) -> None:
@@ -180,11 +217,22 @@ class FasterWhisperASR:
     sample_rate_hz: int = SAMPLE_RATE_HZ
 
     def __init__(
-        self, cfg: ASRConfig, model_dir: Path, *, window_s: float | None = DEFAULT_WINDOW_S
+        self,
+        cfg: ASRConfig,
+        model_dir: Path,
+        *,
+        window_s: float | None = DEFAULT_WINDOW_S,
+        windows: Sequence[float] = (),
     ) -> None:
-        """``window_s``: the fast path's window (None = always the full 30 s window)."""
+        """``window_s``: the fast path's largest window (None = always the full 30 s
+        window); ``windows``: shorter ones a short clip may decode in
+        (:func:`asr.window.choose_window`); ``()``, the default, = always ``window_s``
+        (the shorter windows were measured and did not pay: see the module docstring)."""
         if window_s is not None and not 2.0 <= window_s <= 30.0:
             raise ConfigError(f"asr: window_s must be between 2 and 30 seconds, got {window_s}")
+        if any(not 1.0 <= w <= 30.0 for w in windows):
+            raise ConfigError(f"asr: windows must be between 1 and 30 seconds, got {list(windows)}")
+        self._windows = tuple(sorted(windows))
         check_model_dir(model_dir)
         try:
             from faster_whisper import WhisperModel
@@ -233,24 +281,42 @@ class FasterWhisperASR:
         full = self.transcribe_full(audio)
         return dataclasses.replace(full, decode_ms=(time.monotonic_ns() - t0) / 1e6)
 
-    def transcribe_window(self, audio: NDArray[np.float32]) -> Transcription | None:
-        """The fast path alone: features padded to the short window, one ``generate``.
+    def choose_window(self, audio_s: float) -> float | None:
+        """The window ``audio_s`` seconds of audio decode in on the fast path, None = none."""
+        window = self._window
+        if window is None:
+            return None
+        return choose_window(audio_s, window.window_s, windows=self._windows)
 
-        None when the audio is longer than :attr:`window_max_s`, when the fast path is
-        off, or when the decode is unusable (:func:`looks_degenerate`, low confidence);
-        :meth:`transcribe` then decodes the full window.
+    def transcribe_window(
+        self, audio: NDArray[np.float32], *, window_s: float | None = None
+    ) -> Transcription | None:
+        """The fast path alone: features padded to a short window, one ``generate``.
+
+        The window is :meth:`choose_window`'s unless ``window_s`` forces one (a
+        benchmark's choice: no margin is checked then, only that the audio fits).
+        None when the audio is longer than the window (or :attr:`window_max_s`), when
+        the fast path is off, or when the decode is unusable (:func:`looks_degenerate`,
+        low confidence); :meth:`transcribe` then decodes the full window.
         """
         samples = _as_mono(audio)
         audio_s = samples.shape[0] / self.sample_rate_hz
         if audio_s < MIN_AUDIO_S:
             return _empty(audio_s)
         window = self._window
-        if window is None or audio_s > window.max_audio_s:
+        if window is None:
+            return None
+        chosen = self.choose_window(audio_s) if window_s is None else window_s
+        if chosen is None or audio_s + LEAD_IN_S > chosen:
             return None
         model = self._live_model()
         t0 = time.monotonic_ns()
         try:
-            text = window.decode(model, samples, audio_s)
+            text = window.decode(model, samples, audio_s, chosen)
+            if text is None and window_s is None and chosen < window.window_s:
+                # a short window's decode the guards reject (mostly a loop): the largest
+                # window decodes it before the full 30 s one is asked
+                text = window.decode(model, samples, audio_s, window.window_s)
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"faster-whisper decode failed: {exc}", retryable=False) from exc
         if text is None:
@@ -331,7 +397,8 @@ class _Window:
         from faster_whisper.transcribe import get_suppressed_tokens
 
         extractor = model.feature_extractor
-        self.frames = round(window_s * extractor.sampling_rate / extractor.hop_length)
+        self.frames_per_s: float = extractor.sampling_rate / extractor.hop_length
+        self.window_s = window_s
         self.max_audio_s = window_s - WINDOW_MARGIN_S
         self.sample_rate_hz: int = extractor.sampling_rate
         self.beam_size = beam_size
@@ -351,7 +418,9 @@ class _Window:
         self.suppress_tokens: list[int] = list(get_suppressed_tokens(tokenizer, [-1]))
         self.max_length: int = model.max_length  # the decoder's 448 positions
 
-    def decode(self, model: Any, samples: NDArray[np.float32], audio_s: float) -> str | None:
+    def decode(
+        self, model: Any, samples: NDArray[np.float32], audio_s: float, window_s: float
+    ) -> str | None:
         """The text, "" for silence, or None when the full window should decode instead."""
         import ctranslate2
 
@@ -360,7 +429,8 @@ class _Window:
         # as generate_segments: the last frame (from the extractor's 160-sample tail
         # padding) is not content; the rest is padded with zeros like pad_or_trim does
         content = features[:, : features.shape[-1] - 1]
-        padded = np.zeros((1, content.shape[0], self.frames), dtype=np.float32)
+        frames = max(round(window_s * self.frames_per_s), content.shape[1])
+        padded = np.zeros((1, content.shape[0], frames), dtype=np.float32)
         padded[0, :, : content.shape[1]] = content
         max_new_tokens = min(
             math.ceil(MAX_NEW_TOKENS_PER_S * audio_s) + MAX_NEW_TOKENS_EXTRA,
@@ -390,83 +460,3 @@ class _Window:
             avg_logprob=float(avg_logprob),
             hit_max_length=len(tokens) >= max_new_tokens,
         )
-
-
-# ------------------------------------------------------------ pure decisions
-
-
-def judge_window(
-    text: str, audio_s: float, *, no_speech_prob: float, avg_logprob: float, hit_max_length: bool
-) -> str | None:
-    """What a short-window decode says: its text, "" for silence, None = ask the full window.
-
-    * no-speech probability > :data:`NO_SPEECH_THRESHOLD` and either a text without a
-      single word (Whisper's "." for silence) or an average log-probability below
-      :data:`LOG_PROB_THRESHOLD`: silence, "";
-    * no-speech probability high but confident words: None (the full window judges);
-    * low average log-probability: None (unsure);
-    * :func:`looks_degenerate`: None (a loop);
-    * otherwise the text.
-
-    Why the word check: silence decodes to "." with an average log-probability right on
-    the -1.0 line, and which side of it depends on the CPU's int8 kernels. Measured on
-    1 s of zeros (tiny.en int8): -1.07 with oneDNN's AVX-512 VNNI kernels, -0.97 with its
-    AVX2 kernels (``ONEDNN_MAX_CPU_ISA=AVX2`` on the same AMD EPYC, and the AVX2-only
-    EPYC of CI), where the log-probability rule alone sent silence to the full window.
-    A text with no word in it cannot be a transcript, whatever its confidence.
-    """
-    if no_speech_prob > NO_SPEECH_THRESHOLD:
-        if avg_logprob < LOG_PROB_THRESHOLD or not _normalized_words(text):
-            return ""
-        return None  # words over likely silence: the full window judges
-    if avg_logprob < LOG_PROB_THRESHOLD:
-        return None  # unsure: the full window is the reference
-    if looks_degenerate(text, audio_s, hit_max_length=hit_max_length):
-        return None
-    return text
-
-
-def looks_degenerate(text: str, audio_s: float, *, hit_max_length: bool) -> bool:
-    """Whether a short-window decode of ``audio_s`` seconds is a loop, not a transcript.
-
-    True when generation ran into its token budget, when there are more words than
-    anyone says in that time (``MAX_WORDS_PER_S * audio_s + MAX_EXTRA_WORDS``), or when
-    the words hold a back-to-back repeated n-gram (:func:`has_repeat_loop`).
-    """
-    if hit_max_length:
-        return True
-    words = _normalized_words(text)
-    if len(words) > MAX_WORDS_PER_S * audio_s + MAX_EXTRA_WORDS:
-        return True
-    return has_repeat_loop(words)
-
-
-def has_repeat_loop(words: Sequence[str]) -> bool:
-    """Whether some n-gram occurs :data:`MIN_LOOP_REPEATS` times back to back.
-
-    A single word needs one repeat more ("no no no" is speech, "no no no no" a loop).
-    Compares the words as given; :func:`looks_degenerate` folds case and punctuation.
-    """
-    count = len(words)
-    for n in range(1, count // MIN_LOOP_REPEATS + 1):
-        needed = MIN_LOOP_REPEATS + 1 if n == 1 else MIN_LOOP_REPEATS
-        for start in range(count - needed * n + 1):
-            gram = words[start : start + n]
-            if all(words[start + k * n : start + (k + 1) * n] == gram for k in range(1, needed)):
-                return True
-    return False
-
-
-def ct2_max_length(max_new_tokens: int, prompt_len: int, model_max_length: int) -> int:
-    """The ``max_length`` to pass to ``ctranslate2.models.Whisper.generate`` for a budget.
-
-    CTranslate2 (4.x) caps generation at ``min(max_length // 2, max_length - prompt_len)``
-    new tokens (the reference implementation's half context; OpenNMT/CTranslate2#1856),
-    so ``max_length=50`` gives 25 tokens, not 48.
-    """
-    return min(max(2 * max_new_tokens, max_new_tokens + prompt_len), model_max_length)
-
-
-def _normalized_words(text: str) -> list[str]:
-    kept = "".join(c.lower() if c.isalnum() or c.isspace() or c == "'" else " " for c in text)
-    return kept.split()

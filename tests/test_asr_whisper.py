@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from speech import concat, espeak, normalize, silence, word_error_rate
 
 import asr.faster_whisper as fw
+import asr.window
 from asr.base import ASREngine
 from asr.faster_whisper import (
     FasterWhisperASR,
+    choose_window,
     ct2_max_length,
     has_repeat_loop,
     judge_window,
@@ -78,7 +82,7 @@ def test_degenerate_fast_decode_falls_back(
 ) -> None:
     reference = "What is the capital of France?"
     audio = espeak(reference)
-    monkeypatch.setattr(fw, "looks_degenerate", lambda text, audio_s, *, hit_max_length: True)
+    monkeypatch.setattr(asr.window, "looks_degenerate", lambda text, audio_s, *, hit_max_length: True)
     assert fw_asr.transcribe_window(audio) is None
     assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
 
@@ -278,3 +282,104 @@ def test_ct2_max_length(max_new_tokens: int, prompt_len: int, expected: int) -> 
     assert max_length == expected
     if max_length < 448:
         assert min(max_length // 2, max_length - prompt_len) == max_new_tokens
+
+
+# ------------------------------------------------- shorter windows (an option, off by default)
+
+
+@pytest.mark.parametrize(
+    ("audio_s", "windows", "margin_share", "expected"),
+    [
+        (2.0, (), 0.0, 10.0),  # the default: the one window
+        (9.0, (), 0.0, 10.0),  # 1 s of room left
+        (9.01, (), 0.0, None),  # too long: the full 30 s window
+        (0.5, (4.0, 5.0, 6.0, 8.0), 0.0, 4.0),
+        (3.0, (4.0, 5.0, 6.0, 8.0), 0.0, 4.0),  # exactly 1 s of room
+        (3.01, (4.0, 5.0, 6.0, 8.0), 0.0, 5.0),
+        (3.01, (8.0, 4.0, 6.0, 5.0), 0.0, 5.0),  # any order
+        (6.5, (4.0, 5.0, 6.0, 8.0), 0.0, 8.0),
+        (7.5, (4.0, 5.0, 6.0, 8.0), 0.0, 10.0),
+        (9.5, (4.0, 5.0, 6.0, 8.0), 0.0, None),
+        (2.5, (4.0, 5.0, 6.0, 8.0), 0.5, 4.0),  # room max(1 s, 1.25 s)
+        (2.8, (4.0, 5.0, 6.0, 8.0), 0.5, 5.0),  # 1.4 s of room needed, 4 s leaves 1.2
+        (5.0, (4.0, 5.0, 6.0, 8.0), 0.5, 8.0),
+        (6.0, (4.0, 5.0, 6.0, 8.0), 0.5, 10.0),  # no short window has 3 s of room; 10 s has 4
+        (3.0, (4.0, 12.0), 0.0, 4.0),
+        (5.0, (4.0, 12.0), 0.0, 10.0),  # never a window above the largest
+    ],
+)
+def test_choose_window(
+    audio_s: float, windows: tuple[float, ...], margin_share: float, expected: float | None
+) -> None:
+    assert choose_window(audio_s, 10.0, windows=windows, margin_share=margin_share) == expected
+
+
+def test_default_engine_decodes_in_the_largest_window(fw_asr: FasterWhisperASR) -> None:
+    assert fw_asr.choose_window(2.0) == fw.DEFAULT_WINDOW_S
+    assert fw_asr.choose_window(fw_asr.window_max_s + 0.01) is None
+
+
+@pytest.fixture(scope="module")
+def short_windows() -> Iterator[FasterWhisperASR]:
+    engine = FasterWhisperASR(ASRConfig(cpu_threads=1), bundled_model_dir(), windows=(4.0, 5.0, 6.0, 8.0))
+    yield engine
+    engine.close()
+
+
+@pytest.mark.parametrize(
+    ("reference", "voice"),
+    [
+        ("What time is it?", "en-us+f3"),
+        ("How many legs does a spider have?", "en-gb+m1"),
+        ("Can you set a timer for ten minutes?", "en-us+m3"),
+        ("What is the weather going to be like tomorrow?", "en-us+f3"),
+    ],
+)
+def test_short_clip_decodes_in_a_short_window(
+    short_windows: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch, reference: str, voice: str
+) -> None:
+    audio = concat(silence(0.15), espeak(reference, voice=voice), silence(0.3))  # as the VAD cuts it
+    window = short_windows.choose_window(audio.size / RATE)
+    assert window is not None and window <= 5.0
+    tried: list[float] = []
+    decode = fw._Window.decode
+
+    def spy(self: Any, model: Any, samples: Any, audio_s: float, window_s: float) -> str | None:
+        tried.append(window_s)
+        return decode(self, model, samples, audio_s, window_s)
+
+    monkeypatch.setattr(fw._Window, "decode", spy)
+    result = short_windows.transcribe_window(audio)
+    # the short window first; the largest one only if the guards rejected it
+    assert tried in ([window], [window, fw.DEFAULT_WINDOW_S])
+    assert result is not None
+    assert word_error_rate(reference, result.text) <= 0.15, result.text
+    assert short_windows.transcribe(audio).text == result.text
+
+
+def test_rejected_short_window_is_decoded_in_the_largest_window(
+    short_windows: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = "What is the capital of France?"
+    audio = espeak(reference)
+    tried: list[float] = []
+    decode = fw._Window.decode
+
+    def only_the_largest(self: Any, model: Any, samples: Any, audio_s: float, window_s: float) -> str | None:
+        tried.append(window_s)
+        # as a loop the guards caught: the short window's decode is rejected
+        return decode(self, model, samples, audio_s, window_s) if window_s >= 10.0 else None
+
+    monkeypatch.setattr(fw._Window, "decode", only_the_largest)
+    result = short_windows.transcribe_window(audio)
+    assert tried == [4.0, 10.0]  # not the full 30 s window
+    assert result is not None and word_error_rate(reference, result.text) <= 0.15, result
+    tried.clear()
+    assert short_windows.transcribe_window(audio, window_s=5.0) is None  # a forced window: no retry
+    assert tried == [5.0]
+
+
+@pytest.mark.parametrize("windows", [(0.5,), (4.0, 31.0)])
+def test_short_windows_are_checked(windows: tuple[float, ...]) -> None:
+    with pytest.raises(ConfigError, match="windows"):
+        FasterWhisperASR(ASRConfig(), bundled_model_dir(), windows=windows)
