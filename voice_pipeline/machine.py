@@ -21,6 +21,12 @@ The rules, and what they rest on (MEASURED.md, README "Thread budgets"):
 ``llm.kv_block_tokens``       32 on every x86 CPU: vLLM's CPU default (128) never reuses
                               a system prompt plus a short question; 16 has no kernel
                               (fails to start); 32 measured best (docs/bench.md).
+``llm.compile``               torch.compile on AVX-512 BF16 and AVX2 (:data:`COMPILE_CLASSES`):
+                              the eager step is half Python and op dispatch (py-spy);
+                              compiled, 20 -> 14-15 ms per token (bf16) and 39 -> 33
+                              (AVX2 emulated, float32). The first start on a machine
+                              compiles (70-100 s); later ones load vLLM's cache (+2-10 s).
+                              Eager elsewhere (not measured).
 ============================  ==========================================================
 
 Emulation: ``VP_EMULATE_CPU=avx2`` makes every engine take its AVX2 code path on an
@@ -49,6 +55,7 @@ if TYPE_CHECKING:
 
 CPUINFO = Path("/proc/cpuinfo")
 Dtype = typing.Literal["auto", "bfloat16", "float32", "float16"]
+Compile = typing.Literal["auto", "eager", "compile"]
 
 
 class CPUClass(enum.StrEnum):
@@ -224,6 +231,12 @@ class Choice:
 CPU_KV_BLOCK_TOKENS = 32
 #: cores up to which the LLM engine gets one OpenMP thread (2 spin against Whisper/Piper)
 ONE_LLM_THREAD_UP_TO_CORES = 3
+#: CPU classes whose engine decodes with torch.compile by default, and why (README
+#: "A leaner engine step"; vLLM's own compile cache makes starts after the first cheap)
+COMPILE_CLASSES: dict[CPUClass, str] = {
+    CPUClass.AVX512_BF16: "torch.compile: 20 -> 14-15 ms per token, start +2-10 s once cached",
+    CPUClass.AVX2: "torch.compile: 39 -> 33 ms per token (emulated), start +7 s once cached",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +251,19 @@ class Tuning:
     choices: tuple[Choice, ...]
     #: "vllm" (in process: the llm values are used) or "remote" (they are not)
     llm_engine: str = "vllm"
+    #: the vLLM decode step: "eager" or "compile" (torch.compile)
+    compile: str = "eager"
 
     def llm(self, cfg: LLMConfig) -> LLMConfig:
         dtype = typing.cast(Dtype, self.dtype)
-        return replace(cfg, dtype=dtype, threads=self.llm_threads, kv_block_tokens=self.kv_block_tokens)
+        compile_ = typing.cast(Compile, self.compile)
+        return replace(
+            cfg,
+            dtype=dtype,
+            threads=self.llm_threads,
+            kv_block_tokens=self.kv_block_tokens,
+            compile=compile_,
+        )
 
     def asr(self, cfg: ASRConfig) -> ASRConfig:
         return replace(cfg, cpu_threads=self.asr_threads)
@@ -259,7 +281,8 @@ class Tuning:
         if self.llm_engine != "vllm":
             return f"LLM on a {self.llm_engine} server, {asr}"
         threads = f"{self.llm_threads} LLM thread{'s' * (self.llm_threads != 1)}"
-        return f"{self.dtype}, {threads}, KV blocks of {self.kv_block_tokens} tokens, {asr}"
+        compiled = ", torch.compile" if self.compile == "compile" else ""
+        return f"{self.dtype}{compiled}, {threads}, KV blocks of {self.kv_block_tokens} tokens, {asr}"
 
     def as_dict(self) -> dict[str, object]:
         local = self.llm_engine == "vllm"
@@ -269,6 +292,7 @@ class Tuning:
             "llm_dtype": self.dtype if local else None,
             "llm_threads": self.llm_threads if local else None,
             "kv_block_tokens": self.kv_block_tokens if local else None,
+            "llm_compile": self.compile if local else None,
             "asr_threads": self.asr_threads,
             "choices": [
                 {"key": c.key, "value": c.value, "source": str(c.source), "reason": c.reason}
@@ -313,6 +337,15 @@ def choose_block(cpu: CPUInfo, configured: int) -> Choice:
     )
 
 
+def choose_compile(cpu: CPUInfo, configured: str) -> Choice:
+    """torch.compile where it measurably paid (:data:`COMPILE_CLASSES`), else eager."""
+    if configured != "auto":
+        return Choice("llm.compile", configured, Source.CONFIG, "set in the config")
+    if cpu.cpu_class in COMPILE_CLASSES:
+        return Choice("llm.compile", "compile", Source.MACHINE, COMPILE_CLASSES[cpu.cpu_class])
+    return Choice("llm.compile", "eager", Source.MACHINE, f"{cpu.cpu_class}: torch.compile not measured here")
+
+
 def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig) -> Tuning:
     """Every machine-dependent setting for ``cpu``; explicit config values win. With the
     remote LLM engine the ``llm.*`` values are resolved all the same (the remote server has
@@ -321,7 +354,8 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig) -> Tuning:
     threads = choose_llm_threads(cpu, llm.threads)
     asr_threads = choose_asr_threads(cpu, asr.cpu_threads)
     block = choose_block(cpu, llm.kv_block_tokens)
-    used = (dtype, threads, asr_threads, block) if llm.engine == "vllm" else (asr_threads,)
+    compile_ = choose_compile(cpu, llm.compile)
+    used = (dtype, threads, asr_threads, block, compile_) if llm.engine == "vllm" else (asr_threads,)
     return Tuning(
         cpu=cpu,
         dtype=str(dtype.value),
@@ -330,6 +364,7 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig) -> Tuning:
         kv_block_tokens=int(block.value),
         choices=used,
         llm_engine=llm.engine,
+        compile=str(compile_.value),
     )
 
 
