@@ -23,10 +23,11 @@ The rules, and what they rest on (MEASURED.md, README "Thread budgets"):
                               (fails to start); 32 measured best (docs/bench.md).
 ``llm.compile``               torch.compile on AVX-512 BF16 and AVX2 (:data:`COMPILE_CLASSES`):
                               the eager step is half Python and op dispatch (py-spy);
-                              compiled, 20 -> 14-15 ms per token (bf16) and 39 -> 33
-                              (AVX2 emulated, float32). The first start on a machine
-                              compiles (70-100 s); later ones load vLLM's cache (+2-10 s).
-                              Eager elsewhere (not measured).
+                              compiled, 20 -> 14-15 ms per token (bf16) and 35-39 ->
+                              29-34 (AVX2 emulated, float32). The first start on a
+                              machine compiles (70-100 s); later ones load vLLM's cache
+                              (+2-10 s bf16, +12-16 s float32). Eager elsewhere (not
+                              measured).
 ============================  ==========================================================
 
 Emulation: ``VP_EMULATE_CPU=avx2`` makes every engine take its AVX2 code path on an
@@ -235,7 +236,7 @@ ONE_LLM_THREAD_UP_TO_CORES = 3
 #: "A leaner engine step"; vLLM's own compile cache makes starts after the first cheap)
 COMPILE_CLASSES: dict[CPUClass, str] = {
     CPUClass.AVX512_BF16: "torch.compile: 20 -> 14-15 ms per token, start +2-10 s once cached",
-    CPUClass.AVX2: "torch.compile: 39 -> 33 ms per token (emulated), start +7 s once cached",
+    CPUClass.AVX2: "torch.compile: 35-39 -> 29-34 ms per token (emulated), start +12-16 s once cached",
 }
 
 
