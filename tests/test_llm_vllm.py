@@ -194,7 +194,12 @@ def test_engine_runs_with_the_settings_chosen_for_this_machine(vllm_engine: LLM)
 
     assert isinstance(vllm_engine, VLLMEngine)
     t = choose(this_cpu(), LLMConfig(), ASRConfig())
-    assert vllm_engine.settings == {"dtype": t.dtype, "threads": t.llm_threads, "kv_block_tokens": 32}
+    assert vllm_engine.settings == {
+        "dtype": t.dtype,
+        "threads": t.llm_threads,
+        "kv_block_tokens": 32,
+        "compile": t.compile,
+    }
 
 
 async def test_first_delta_says_how_the_prompt_was_served(vllm_engine: LLM) -> None:

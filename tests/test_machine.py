@@ -108,11 +108,32 @@ def test_auto_choices(
     assert t.asr(AUTO_ASR).cpu_threads == asr_threads
 
 
+@pytest.mark.parametrize(
+    ("flags", "env", "compile_"),
+    [
+        (EPYC_BF16, {}, "compile"),
+        (EPYC_AVX2, {}, "compile"),
+        (EPYC_BF16, {"VP_EMULATE_CPU": "avx2"}, "compile"),  # what the emulated class gets
+        (SKYLAKE_X, {}, "eager"),  # not measured there
+        (OLD, {}, "eager"),
+    ],
+)
+def test_torch_compile_where_it_was_measured_to_pay(flags: str, env: dict[str, str], compile_: str) -> None:
+    cpu = parse_cpu(cpuinfo("CPU", flags), 2, env)
+    t = choose(cpu, AUTO_LLM, AUTO_ASR)
+    assert t.compile == compile_ and t.llm(AUTO_LLM).compile == compile_
+    (choice,) = [c for c in t.choices if c.key == "llm.compile"]
+    assert choice.source is Source.MACHINE and choice.reason
+    assert ("torch.compile" in t.settings_label()) is (compile_ == "compile")
+    assert choose(cpu, LLMConfig(compile="eager"), AUTO_ASR).compile == "eager"  # the config wins
+
+
 @pytest.mark.parametrize("flags", [EPYC_BF16, EPYC_AVX2, OLD])
 def test_an_explicit_config_value_always_wins(flags: str) -> None:
-    llm = LLMConfig(dtype="bfloat16", threads=2, kv_block_tokens=64)
+    llm = LLMConfig(dtype="bfloat16", threads=2, kv_block_tokens=64, compile="eager")
     t = choose(_cpu(flags, 2), llm, ASRConfig(cpu_threads=1))
     assert (t.dtype, t.llm_threads, t.asr_threads, t.kv_block_tokens) == ("bfloat16", 2, 1, 64)
+    assert t.compile == "eager" and t.llm(LLMConfig()).compile == "eager"
     assert all(c.source is Source.CONFIG for c in t.choices)
     assert "set in the config" in t.summary()
 

@@ -153,6 +153,9 @@ class LLMConfig:
     #: (AVX-512 BF16, AMX), else float32 (bf16 without hardware support is ~4x slower to the
     #: first token); see voice_pipeline/machine.py. An explicit value always wins.
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    #: the in-process vLLM engine's decode step: "eager", or "compile" (torch.compile, its
+    #: cache kept across starts in ~/.cache/vllm); "auto" = chosen per CPU class (machine.py)
+    compile: Literal["auto", "eager", "compile"] = "auto"
     #: a request with no token for this long (first token or between tokens) is an error:
     #: the turn ends with the spoken ``dialogue.apology``
     request_timeout_s: float = 10.0

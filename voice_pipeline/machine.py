@@ -32,6 +32,13 @@ The rules, and what they rest on (README "Thread budgets"; measurements on 2-cor
 ``llm.kv_block_tokens``       32 on every x86 CPU: vLLM's CPU default (128) never reuses
                               a system prompt plus a short question; 16 has no kernel
                               (fails to start); 32 measured best (docs/bench.md).
+``llm.compile``               torch.compile on AVX-512 BF16 and AVX2 (:data:`COMPILE_CLASSES`):
+                              the eager step is half Python and op dispatch (py-spy);
+                              compiled, 20 -> 14-15 ms per token (bf16) and 35-39 ->
+                              29-34 (AVX2 emulated, float32). The first start on a
+                              machine compiles (70-100 s); later ones load vLLM's cache
+                              (+2-10 s bf16, +12-16 s float32). Eager elsewhere (not
+                              measured).
 ============================  ==========================================================
 
 Emulation: ``VP_EMULATE_CPU=avx2`` makes every engine take its AVX2 code path on an
@@ -60,6 +67,7 @@ if TYPE_CHECKING:
 
 CPUINFO = Path("/proc/cpuinfo")
 Dtype = typing.Literal["auto", "bfloat16", "float32", "float16"]
+Compile = typing.Literal["auto", "eager", "compile"]
 
 
 class CPUClass(enum.StrEnum):
@@ -235,6 +243,12 @@ class Choice:
 CPU_KV_BLOCK_TOKENS = 32
 #: cores up to which the LLM engine gets one OpenMP thread (2 spin against Whisper/Piper)
 ONE_LLM_THREAD_UP_TO_CORES = 3
+#: CPU classes whose engine decodes with torch.compile by default, and why (README
+#: "A leaner engine step"; vLLM's own compile cache makes starts after the first cheap)
+COMPILE_CLASSES: dict[CPUClass, str] = {
+    CPUClass.AVX512_BF16: "torch.compile: 20 -> 14-15 ms per token, start +2-10 s once cached",
+    CPUClass.AVX2: "torch.compile: 35-39 -> 29-34 ms per token (emulated), start +12-16 s once cached",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,10 +265,19 @@ class Tuning:
     llm_engine: str = "vllm"
     #: when the audio turn model runs in a pause ("words", "early" or "pause"; ``turn.model_start``)
     turn_model_start: str = "words"
+    #: the vLLM decode step: "eager" or "compile" (torch.compile)
+    compile: str = "eager"
 
     def llm(self, cfg: LLMConfig) -> LLMConfig:
         dtype = typing.cast(Dtype, self.dtype)
-        return replace(cfg, dtype=dtype, threads=self.llm_threads, kv_block_tokens=self.kv_block_tokens)
+        compile_ = typing.cast(Compile, self.compile)
+        return replace(
+            cfg,
+            dtype=dtype,
+            threads=self.llm_threads,
+            kv_block_tokens=self.kv_block_tokens,
+            compile=compile_,
+        )
 
     def asr(self, cfg: ASRConfig) -> ASRConfig:
         return replace(cfg, cpu_threads=self.asr_threads)
@@ -272,7 +295,8 @@ class Tuning:
         if self.llm_engine != "vllm":
             return f"LLM on a {self.llm_engine} server, {asr}"
         threads = f"{self.llm_threads} LLM thread{'s' * (self.llm_threads != 1)}"
-        return f"{self.dtype}, {threads}, KV blocks of {self.kv_block_tokens} tokens, {asr}"
+        compiled = ", torch.compile" if self.compile == "compile" else ""
+        return f"{self.dtype}{compiled}, {threads}, KV blocks of {self.kv_block_tokens} tokens, {asr}"
 
     def as_dict(self) -> dict[str, object]:
         local = self.llm_engine == "vllm"
@@ -282,6 +306,7 @@ class Tuning:
             "llm_dtype": self.dtype if local else None,
             "llm_threads": self.llm_threads if local else None,
             "kv_block_tokens": self.kv_block_tokens if local else None,
+            "llm_compile": self.compile if local else None,
             "asr_threads": self.asr_threads,
             "choices": [
                 {"key": c.key, "value": c.value, "source": str(c.source), "reason": c.reason}
@@ -342,6 +367,15 @@ def choose_block(cpu: CPUInfo, configured: int) -> Choice:
     )
 
 
+def choose_compile(cpu: CPUInfo, configured: str) -> Choice:
+    """torch.compile where it measurably paid (:data:`COMPILE_CLASSES`), else eager."""
+    if configured != "auto":
+        return Choice("llm.compile", configured, Source.CONFIG, "set in the config")
+    if cpu.cpu_class in COMPILE_CLASSES:
+        return Choice("llm.compile", "compile", Source.MACHINE, COMPILE_CLASSES[cpu.cpu_class])
+    return Choice("llm.compile", "eager", Source.MACHINE, f"{cpu.cpu_class}: torch.compile not measured here")
+
+
 def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig, turn: TurnConfig | None = None) -> Tuning:
     """Every machine-dependent setting for ``cpu``; explicit config values win. With the
     remote LLM engine the ``llm.*`` values are resolved all the same (the remote server has
@@ -350,8 +384,9 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig, turn: TurnConfig | None
     threads = choose_llm_threads(cpu, llm.threads)
     asr_threads = choose_asr_threads(cpu, asr.cpu_threads)
     block = choose_block(cpu, llm.kv_block_tokens)
+    compile_ = choose_compile(cpu, llm.compile)
     start = choose_turn_model_start(cpu, "auto" if turn is None else turn.model_start)
-    used = (dtype, threads, asr_threads, block) if llm.engine == "vllm" else (asr_threads,)
+    used = (dtype, threads, asr_threads, block, compile_) if llm.engine == "vllm" else (asr_threads,)
     if turn is not None and turn.semantic and turn.model != "none":
         used = (*used, start)
     return Tuning(
@@ -363,6 +398,7 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig, turn: TurnConfig | None
         choices=used,
         llm_engine=llm.engine,
         turn_model_start=str(start.value),
+        compile=str(compile_.value),
     )
 
 
