@@ -6,9 +6,9 @@ While a pause may be the end of the user's turn (before the end-of-turn policy d
 synthesizes the reply's first chunk too: the audio is *held* (:class:`HeldAudio`), nothing
 is sent. If the turn ends with the same words and history the reply takes the stream and
 the held audio and sends it at once (*released*); if the user goes on, or the final words
-or the history differ, the request is aborted, the synthesis task cancelled (a clause
-already inside Piper finishes in its thread and is thrown away) and nothing is sent
-(*dropped*).
+or the history differ, the request is aborted, which ends a synthesis still waiting for
+its text (a chunk already inside the TTS engine cannot be stopped: it finishes in its
+thread, is counted as wasted and thrown away), and nothing is sent (*dropped*).
 
 What this module holds is pure: the held audio, the per-turn account of what was
 prepared, held, released or dropped (:class:`SpeculationAccount`, copied into the turn's
@@ -133,6 +133,8 @@ class PrefetchedStream:
         self.history_version = history_version  # the conversation it was asked with
         self.started_ns = started_ns  # when the request was made (the LLM's compute span)
         self.held: HeldAudio | None = None
+        #: the speculative reply was dropped (its held audio, if any, is never sent)
+        self.dropped = False
         #: the task synthesizing the first chunk ahead (None: not asked for)
         self.held_task: asyncio.Task[None] | None = None
         self._items: list[LLMDelta] = []

@@ -248,14 +248,14 @@ class Utterance:
         return self._prefetch is not None and not self._prefetch.done()
 
     def drop_prefetch(self) -> None:
-        """Drop the speculative reply not released (if any): abort its request, cancel its
-        synthesis; what it cost is counted as wasted."""
+        """Drop the speculative reply not released (if any): abort its request (which ends a
+        synthesis still waiting for its text); what it cost is counted as wasted -- a chunk
+        already inside the TTS engine finishes in its thread, is counted, and is never sent."""
         buffer = self._prefetched
-        if buffer is not None and buffer.held_task is not None:
-            buffer.held_task.cancel()
         if self._prefetch is not None:
             self._prefetch.cancel()  # closes the stream: the request is aborted
         if buffer is not None:
+            buffer.dropped = True
             self.speculation.drop(buffer.tokens, buffer.held.seconds if buffer.held else 0.0)
         self._prefetch, self._prefetched = None, None
         self._release_budget()
@@ -314,9 +314,13 @@ class Utterance:
         except Exception:
             log.warning("turn %d: cannot synthesize the speculative first chunk", self.turn_id, exc_info=True)
             return
-        if held.pcm.size:
+        if not held.pcm.size:
+            return
+        self.speculation.held += 1
+        if buffer.dropped:  # dropped while it was being synthesized: thrown away
+            self.speculation.wasted_audio_s += held.seconds
+        else:
             buffer.held = held
-            self.speculation.held += 1
 
     async def take_prefetch(self, user_text: str, history_version: int) -> PrefetchedStream | None:
         """The speculative reply if it was asked with exactly these words and history
