@@ -16,12 +16,11 @@ import base64
 import contextlib
 import hashlib
 import hmac
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from fakes import Fakes
-from servers import with_server
+from servers import running_server, with_server
 from twilioclient import twilio_caller
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
@@ -46,15 +45,8 @@ def documented_signature(auth_token: str, url: str, params: dict[str, str] | Non
     return base64.b64encode(mac.digest()).decode()
 
 
-@contextlib.asynccontextmanager
-async def phone_server(**settings: Any) -> AsyncIterator[VoiceServer]:
-    cfg = with_server(Config(), **{"port": 0, "max_sessions": 4, **settings})
-    srv = VoiceServer(Fakes().engines(), cfg)
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await srv.aclose()
+def phone_server(**settings: Any) -> contextlib.AbstractAsyncContextManager[VoiceServer]:
+    return running_server(Fakes().engines(), Config(), **{"max_sessions": 4, **settings})
 
 
 def twilio_url(srv: VoiceServer) -> str:
