@@ -306,7 +306,10 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_queue_stays_bounde
 async def test_the_filler_is_spoken_first_and_the_ledger_keeps_the_reply_apart(
     engines: Engines, config: Config, whisper: ASREngine
 ) -> None:
-    cfg = dataclasses.replace(config, dialogue=dataclasses.replace(config.dialogue, filler_after_ms=50))
+    # the reply computed after the end of turn (no speculative reply ready at once): its
+    # first clause is late by construction, 50 ms after the end of speech
+    dialogue = dataclasses.replace(config.dialogue, filler_after_ms=50, speculative_start=False)
+    cfg = dataclasses.replace(config, dialogue=dialogue)
     audio = concat(silence(0.5), espeak(QUESTION), silence(6.0))
     result = await asyncio.wait_for(run_audio(engines, cfg, audio, 16000), timeout=120)
     (record,) = result.records
