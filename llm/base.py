@@ -20,13 +20,65 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call the model made (complete: its arguments as JSON text)."""
+
+    call_id: str
+    name: str
+    #: the arguments as the model wrote them: JSON text, not necessarily valid
+    arguments: str
 
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: Role
     content: str
+    #: an assistant message's function calls (its ``content`` may then be empty)
+    tool_calls: tuple[ToolCall, ...] = ()
+    #: a ``tool`` message: the call it answers (``content`` is the call's output)
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call: its name, what it does, its arguments' JSON schema."""
+
+    name: str
+    description: str
+    #: the JSON schema of the arguments, as compact JSON text (kept immutable)
+    parameters_json: str = '{"type":"object","properties":{}}'
+
+
+class ToolMode(enum.StrEnum):
+    AUTO = "auto"  # the model chooses: text or calls (needs a model that can call tools)
+    NONE = "none"  # text only: the tools are not offered
+    REQUIRED = "required"  # at least one call (structured outputs: any model)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOffer:
+    """The tools of one request and how the model may use them (``tool_choice``)."""
+
+    tools: tuple[ToolSpec, ...]
+    mode: ToolMode = ToolMode.AUTO
+    #: the one tool the model must call (a named ``tool_choice``; overrides ``mode``)
+    function: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """New text of a function call being streamed. A reply's calls are told apart by
+    ``index`` (0, 1, ... in the order the model wrote them); the first delta of a call
+    carries its ``call_id`` and ``name``, later ones only more ``arguments`` text."""
+
+    index: int
+    call_id: str | None
+    name: str | None
+    arguments: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +100,8 @@ class LLMDelta:
     #: request sent -> this first delta, ms: queueing + prefill of the uncached prompt tokens
     #: + the first sampled token, as the engine's caller saw it
     prefill_ms: float | None = None
+    #: function calls streamed with this delta (only when the request offered tools)
+    tool_calls: tuple[ToolCallDelta, ...] = ()
 
 
 class PrefillOutcome(enum.StrEnum):
@@ -122,8 +176,14 @@ class HealthTracker:
 
 
 class LLM(Protocol):
-    def stream(self, messages: Sequence[ChatMessage], request_id: str) -> AsyncGenerator[LLMDelta, None]:
-        """Stream the reply to ``messages`` (the system prompt included by the caller)."""
+    def stream(
+        self, messages: Sequence[ChatMessage], request_id: str, tools: ToolOffer | None = None
+    ) -> AsyncGenerator[LLMDelta, None]:
+        """Stream the reply to ``messages`` (the system prompt included by the caller).
+
+        With ``tools`` the model may (``auto``) or must (``required``, a named function)
+        call them: the calls stream as :attr:`LLMDelta.tool_calls`. An engine whose model
+        cannot call tools raises a non-retryable ``EngineError`` for ``auto``."""
         ...
 
     async def prefill(self, messages: Sequence[ChatMessage], request_id: str) -> PrefillResult:

@@ -103,6 +103,44 @@ class AssistantTextStreamed:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallStreamed:
+    """New text of a function call the LLM is writing (``index`` tells a reply's calls
+    apart; the first event of a call carries its ``call_id`` and ``name``)."""
+
+    turn_id: int
+    t_ns: int
+    index: int
+    call_id: str
+    name: str
+    arguments_delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDone:
+    """The LLM finished writing a function call (``arguments``: JSON text as written)."""
+
+    turn_id: int
+    t_ns: int
+    index: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A server-side tool returned (``output``), failed or was cancelled (``error``)."""
+
+    turn_id: int
+    t_ns: int
+    call_id: str
+    name: str
+    output: str
+    #: None: it ran; otherwise why it has no real output ("timeout", "cancelled", a message)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ReplyPaused:
     """User speech over the reply: transports must flush queued audio now. The reply
     resumes (:class:`ReplyResumed`) if it was only a backchannel, else it is interrupted."""
@@ -164,6 +202,9 @@ Event = (
     | ClauseSynthesized
     | ReplyGenerated
     | AssistantTextStreamed
+    | ToolCallStreamed
+    | ToolCallDone
+    | ToolResult
     | ReplyPaused
     | ReplyResumed
     | ReplyInterrupted
