@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from llm.base import LLM, ChatMessage, LLMDelta
+from llm.base import LLM, ChatMessage, LLMDelta, ToolCall
 from tts.base import TTS
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
@@ -50,6 +50,7 @@ from voice_pipeline.ledger import Mark
 from voice_pipeline.records import FailedStage, Span
 from voice_pipeline.speculation import HeldAudio, PrefetchedStream
 from voice_pipeline.steering import ReplyOptions, ReplyRequest
+from voice_pipeline.tools.calls import CallAssembler
 from voice_pipeline.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -258,6 +259,8 @@ class Reply:
         self._filler_task: asyncio.Task[None] | None = None
         self._llm_error: Exception | None = None
         self._prefetched: PrefetchedStream | None = None
+        #: the function calls the LLM made in this reply (complete once it is generated)
+        self.tool_calls: tuple[ToolCall, ...] = ()
 
     def heard(self, played: int, interrupted: bool) -> str:
         """The reply's own words the listener heard (the filler and apology excluded; all
@@ -359,24 +362,33 @@ class Reply:
         if prefetched is not None:
             stream = prefetched.stream()  # its owner aborts the request
             llm_start = prefetched.started_ns or self._clock()
+        elif self.options.tools is not None:
+            stream = self._deps.llm.stream(messages, self.request_id, self.options.tools)
+            llm_start = self._clock()
         else:
             stream = self._deps.llm.stream(messages, self.request_id)
             llm_start = self._clock()
+        calls = CallAssembler()
         try:
             async with contextlib.aclosing(stream):  # closing aborts the engine's request
                 async for delta in stream:
                     if delta.prompt_tokens is not None:
                         self.llm_first = delta  # the latest says most (see LLMDelta)
-                    if not delta.text and not delta.num_tokens:
+                    if not (delta.text or delta.num_tokens or delta.tool_calls):
                         continue  # figures only
                     self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
                     self.llm_tokens += delta.num_tokens
-                    self.text += delta.text
-                    self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
-                    if not speak:
-                        self.speaker.show()
                     if self.llm_tokens >= limit:
                         self.token_limit = True  # stops here: closing the stream aborts the request
+                    for p in map(calls.push, delta.tool_calls):
+                        self._transport.emit(
+                            ev.ToolCallStreamed(self.turn_id, self._clock(), p.index, p.call_id, p.name, p.arguments_delta)
+                        )
+                    if delta.text:
+                        self.text += delta.text
+                        self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
+                        if not speak:
+                            self.speaker.show()
                     for clause in chunker.push(delta.text) if speak else ():
                         self._compute(Span.LLM, llm_start, self._clock())  # the first one counts
                         self._mark(Mark.FIRST_CLAUSE, self._clock())
@@ -392,6 +404,11 @@ class Reply:
             await out.put(None)
             return
         self._mark(Mark.LLM_DONE, self._clock())
+        self.tool_calls = calls.calls()
+        for index, call in enumerate(self.tool_calls):
+            self._transport.emit(
+                ev.ToolCallDone(self.turn_id, self._clock(), index, call.call_id, call.name, call.arguments)
+            )
         for clause in chunker.flush() if speak else ():
             self._compute(Span.LLM, llm_start, self._clock())
             self._mark(Mark.FIRST_CLAUSE, self._clock())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llm.base import ChatMessage
+from llm.base import ChatMessage, ToolOffer
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,9 @@ class ReplyOptions:
     speak: bool = True
     #: stop the LLM after this many tokens (None = ``llm.max_tokens``, which caps it anyway)
     max_tokens: int | None = None
+    #: the tools the LLM may call in this reply (None: none). The reply streams the calls
+    #: as events (``ToolCallStreamed``, ``ToolCallDone``) and keeps them in ``Reply.tool_calls``
+    tools: ToolOffer | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,6 +151,8 @@ def server_message(event: ev.Event, origin_ns: int) -> sm.KnownMessage | None:
         case ev.EndpointDetected() | ev.ReplyPaused():
             # the end of speech shows in transcript.final; a pause is the transport's audio.clear
             return None
+        case ev.ToolCallStreamed() | ev.ToolCallDone() | ev.ToolResult():
+            return None  # server-side tools are told to /ws clients by voice_pipeline.tools (issue #19)
         case ev.ReplyStarted() | ev.ClauseSynthesized() | ev.ReplyGenerated():
             return None  # the realtime protocol's (/v1/realtime); /ws has audio and turn.latency
     return None  # pragma: no cover  (the match is exhaustive)
