@@ -382,11 +382,15 @@ class Reply:
                         self.token_limit = True  # stops here: closing the stream aborts the request
                     for p in map(calls.push, delta.tool_calls):
                         self._transport.emit(
-                            ev.ToolCallStreamed(self.turn_id, self._clock(), p.index, p.call_id, p.name, p.arguments_delta)
+                            ev.ToolCallStreamed(
+                                self.turn_id, self._clock(), p.index, p.call_id, p.name, p.arguments_delta
+                            )
                         )
                     if delta.text:
                         self.text += delta.text
-                        self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
+                        self._transport.emit(
+                            ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text)
+                        )
                         if not speak:
                             self.speaker.show()
                     for clause in chunker.push(delta.text) if speak else ():
