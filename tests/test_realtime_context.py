@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from llm.base import ChatMessage
+from llm.base import ChatMessage, ToolCall
 from voice_pipeline.heard import SpokenClause
 from voice_pipeline.history import History, message_tokens
-from voice_pipeline.realtime.context import RealtimeContext, fit_request, render
+from voice_pipeline.realtime.context import RealtimeContext, chat_tokens, fit_request, render
 from voice_pipeline.realtime.conversation import Conversation
 from voice_pipeline.realtime.ids import Ids
 from voice_pipeline.realtime.items import (
@@ -31,7 +31,7 @@ def test_items_render_as_the_history_would_have_them() -> None:
         Message("d", Role.USER, (InputText("and tomorrow?"),)),
         Message("e", Role.ASSISTANT, (OutputAudio("It is sunny.", SAID),)),  # cut after one clause
         Message("f", Role.ASSISTANT, (OutputAudio("", SAID),)),  # cut before a word: nothing
-        FunctionCall("g", "call_1", "clock", "{}"),  # the LLM interface carries text only
+        FunctionCall("g", "call_1", "clock", "{}"),  # joins the reply before it
         FunctionCallOutput("h", "call_1", '{"time": "noon"}'),
         Message("i", Role.ASSISTANT, (OutputText("A typed reply"),), ItemStatus.INCOMPLETE),
         Message("j", Role.SYSTEM, (InputText("Be brief."),)),
@@ -41,7 +41,8 @@ def test_items_render_as_the_history_would_have_them() -> None:
         ChatMessage("user", "what is the weather"),
         ChatMessage("assistant", "It is sunny. Bring a hat."),
         ChatMessage("user", "and tomorrow?"),
-        ChatMessage("assistant", "It is sunny...."),
+        ChatMessage("assistant", "It is sunny....", tool_calls=(ToolCall("call_1", "clock", "{}"),)),
+        ChatMessage("tool", '{"time": "noon"}', tool_call_id="call_1"),
         ChatMessage("assistant", "A typed reply..."),
         ChatMessage("system", "Be brief."),
     ]
@@ -82,3 +83,25 @@ def test_the_turns_own_item_is_rendered_with_the_words_being_answered() -> None:
     assert ctx.version == version
     ctx.instructions = "Be brief."
     assert ctx.version == version + 1
+
+
+def test_a_request_after_function_outputs_keeps_the_calls_and_their_outputs() -> None:
+    calls = (ToolCall("c1", "weather", '{"city": "Paris"}'), ToolCall("c2", "weather", '{"city": "Rome"}'))
+    turn = [(ChatMessage("user", f"question {n}"), ChatMessage("assistant", "Hm.")) for n in range(40)]
+    old = [m for pair in turn for m in pair]
+    last = [
+        ChatMessage("user", "weather in Paris and Rome?"),
+        ChatMessage("assistant", "", tool_calls=calls),
+        ChatMessage("tool", '{"temperature_c": 17}', tool_call_id="c1"),
+        ChatMessage("tool", '{"temperature_c": 21}', tool_call_id="c2"),
+    ]
+    got = fit_request([ChatMessage("system", "You help."), *old, *last], 120)
+    assert got[0] == ChatMessage("system", "You help.") and got[-4:] == last
+    assert 0 < len(got) - 5 < len(old)  # older turns were dropped whole, some kept
+    assert got[1].role == "user"
+    # even a budget too small for anything but them keeps what is being answered
+    assert fit_request([ChatMessage("system", "You help."), *old, *last], 10) == [
+        ChatMessage("system", "You help."),
+        *last,
+    ]
+    assert chat_tokens(last[1]) > message_tokens(last[1])  # the calls' arguments count

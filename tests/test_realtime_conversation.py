@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from llm.base import ChatMessage
+from llm.base import ChatMessage, ToolCall
 from voice_pipeline.heard import SpokenClause
 from voice_pipeline.realtime.conversation import (
     Conversation,
-    ToolCallMessage,
-    ToolResultMessage,
     chat_json,
     chat_messages,
 )
@@ -214,9 +212,30 @@ def test_chat_messages_in_order() -> None:
         ChatMessage("system", "Be brief."),
         ChatMessage("system", "Use metric units."),
         ChatMessage("user", "How far is Paris?"),
-        ChatMessage("assistant", "About 300 km."),
-        ToolCallMessage("call_1", "distance", '{"to": "Paris"}'),
-        ToolResultMessage("call_1", "310 km"),
+        ChatMessage(
+            "assistant", "About 300 km.", tool_calls=(ToolCall("call_1", "distance", '{"to": "Paris"}'),)
+        ),
+        ChatMessage("tool", "310 km", tool_call_id="call_1"),
+    ]
+
+
+def test_a_reply_s_words_and_parallel_calls_are_one_assistant_message() -> None:
+    items = [
+        text("u", "Weather in Paris and Rome?"),
+        Message("a", Role.ASSISTANT, (OutputText("Let me look."),)),
+        FunctionCall("f1", "c1", "weather", '{"city": "Paris"}'),
+        FunctionCall("f2", "c2", "weather", '{"city": "Rome"}'),
+        FunctionCallOutput("o1", "c1", "17 C"),
+        FunctionCallOutput("o2", "c2", "21 C"),
+        FunctionCall("f3", "c3", "clock", "{}"),  # a later reply: calls only
+    ]
+    calls = (ToolCall("c1", "weather", '{"city": "Paris"}'), ToolCall("c2", "weather", '{"city": "Rome"}'))
+    assert chat_messages("", items) == [
+        ChatMessage("user", "Weather in Paris and Rome?"),
+        ChatMessage("assistant", "Let me look.", tool_calls=calls),
+        ChatMessage("tool", "17 C", tool_call_id="c1"),
+        ChatMessage("tool", "21 C", tool_call_id="c2"),
+        ChatMessage("assistant", "", tool_calls=(ToolCall("c3", "clock", "{}"),)),
     ]
 
 
@@ -227,8 +246,8 @@ def test_chat_without_instructions() -> None:
 def test_chat_json_is_the_openai_chat_format() -> None:
     entries = [
         ChatMessage("user", "Time?"),
-        ToolCallMessage("c1", "clock", "{}"),
-        ToolResultMessage("c1", "noon"),
+        ChatMessage("assistant", "", tool_calls=(ToolCall("c1", "clock", "{}"),)),
+        ChatMessage("tool", "noon", tool_call_id="c1"),
     ]
     assert chat_json(entries) == [
         {"role": "user", "content": "Time?"},

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from realtime_support import PROFILE, TOOLS_PROFILE
 
+from llm.base import ToolMode, ToolOffer, ToolSpec
 from voice_pipeline.config import Config, VADConfig, validate
 from voice_pipeline.realtime.audio import AudioFormat
 from voice_pipeline.realtime.client_events import ConversationMode, ResponseParams
@@ -34,6 +35,7 @@ from voice_pipeline.realtime.tools import (
     ToolChoiceFunction,
     ToolChoiceMode,
     chat_template_supports_tools,
+    tool_offer,
 )
 
 DEFAULT = initial_config(PROFILE)
@@ -148,12 +150,19 @@ REFUSED: list[tuple[str, dict[str, Any], Any, ErrorCode, str]] = [
         ErrorCode.UNSUPPORTED,
         "session.audio.output.speed",
     ),
-    ("tools with SmolLM2", {"tools": [CLOCK]}, PROFILE, ErrorCode.TOOLS_UNSUPPORTED, "session.tools"),
+    ("tools with SmolLM2, auto", {"tools": [CLOCK]}, PROFILE, ErrorCode.TOOLS_UNSUPPORTED, "session.tools"),
     (
-        "required with SmolLM2",
-        {"tool_choice": "required"},
+        "tools with SmolLM2, auto said",
+        {"tools": [CLOCK], "tool_choice": "auto"},
         PROFILE,
         ErrorCode.TOOLS_UNSUPPORTED,
+        "session.tools",
+    ),
+    (
+        "required with SmolLM2, no tools",
+        {"tool_choice": "required"},
+        PROFILE,
+        ErrorCode.INVALID_VALUE,
         "session.tool_choice",
     ),
     (
@@ -189,6 +198,30 @@ def test_tools_error_names_the_model_and_the_fix() -> None:
         "SmolLM2-135M-Instruct" in info.value.error.message
         and "cannot call tools" in info.value.error.message
     )
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "name": "clock"}, "none"], ids=["required", "named", "none"]
+)
+def test_a_forced_call_or_none_is_accepted_with_any_model(choice: Any) -> None:
+    """Structured outputs make any model write a forced call; "none" offers no tool."""
+    cfg = update({"tools": [CLOCK], "tool_choice": choice})
+    assert cfg.tools == (FunctionTool("clock", "the time", '{"type":"object"}'),)
+    offer = tool_offer(cfg.tools, cfg.tool_choice)
+    if choice == "none":
+        assert offer is None
+    else:
+        assert offer == ToolOffer(
+            (ToolSpec("clock", "the time", '{"type":"object"}'),),
+            ToolMode.REQUIRED,
+            None if choice == "required" else "clock",
+        )
+
+
+def test_tools_error_says_how_to_force_a_call() -> None:
+    with pytest.raises(RealtimeClientError) as info:
+        update({"tools": [CLOCK]})
+    assert '"required"' in info.value.error.message and '"auto"' in info.value.error.message
 
 
 def test_tools_with_a_model_that_can_call_them() -> None:

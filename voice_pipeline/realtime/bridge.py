@@ -23,6 +23,9 @@ Session events -> server events (the session runs the same turn machine as ``/ws
 ``AssistantTextStreamed``      ``response.output_text.delta`` (text responses)
 ``ClauseSynthesized``          ``response.output_audio_transcript.delta`` (each clause's words
                                as its audio is next); reply audio -> ``response.output_audio.delta``
+``ToolCallStreamed``           a ``function_call`` output item and its arguments' deltas
+``ToolCallDone``               its ``.done`` events (``error`` if not usable as written), see
+                               :mod:`.calls` (tools run on the client: the reply ends with its calls)
 ``ReplyGenerated``             ``response.done`` ``completed`` / ``incomplete`` (the token
                                limit), with its items' ``.done`` events -- playback may go on
 ``ReplyInterrupted``           ``output_audio_buffer.cleared``
@@ -58,6 +61,7 @@ from voice_pipeline.realtime.ids import IdKind, Ids
 from voice_pipeline.realtime.input import InputSequencer
 from voice_pipeline.realtime.items import InputAudio, Message, OutputAudio, Role
 from voice_pipeline.realtime.response import ResponseSequencer, ResponseSettings, resolve_response
+from voice_pipeline.realtime.response_state import ResponseState, reply_options, usage_of
 from voice_pipeline.realtime.server_events import (
     AudioDelta,
     InputTranscriptCompleted,
@@ -75,10 +79,10 @@ from voice_pipeline.realtime.server_events import (
     TurnLatencyMeasured,
     Usage,
 )
-from voice_pipeline.realtime.session_config import Modality, ServerProfile, Steering, initial_config, steering
+from voice_pipeline.realtime.session_config import ServerProfile, Steering, initial_config, steering
 from voice_pipeline.realtime.session_update import SessionUpdate, apply_update
 from voice_pipeline.records import TurnRecord
-from voice_pipeline.steering import ReplyOptions, ReplyRequest
+from voice_pipeline.steering import ReplyRequest
 
 __all__ = ["OUTPUT_RATE_HZ", "RealtimeBridge", "ResponseState", "Steering", "steering"]
 
@@ -86,38 +90,6 @@ __all__ = ["OUTPUT_RATE_HZ", "RealtimeBridge", "ResponseState", "Steering", "ste
 OUTPUT_RATE_HZ = PCM_RATE_HZ
 #: longest audio in one response.output_audio.delta
 DELTA_MS = 200
-
-
-def reply_options(settings: ResponseSettings) -> ReplyOptions:
-    return ReplyOptions(
-        speak=settings.output_modality is Modality.AUDIO, max_tokens=settings.max_output_tokens
-    )
-
-
-@dataclass(slots=True)
-class ResponseState:
-    """One response and how its reply went."""
-
-    seq: ResponseSequencer
-    encoder: OutputEncoder
-    prompt_tokens: int
-    audio_started: bool = False  # its first audio was written to the socket
-    cleared: bool = False  # output_audio_buffer.cleared was sent
-    by_client: bool = False  # cancelled by response.cancel / output_audio_buffer.clear
-    failed: ProtocolError | None = None
-    #: the client's conversation.item.truncate of the item while it was being generated
-    truncate_ms: int | None = None
-    truncated_by_client: bool = False
-
-    @property
-    def text_only(self) -> bool:
-        return self.seq.settings.output_modality is Modality.TEXT
-
-
-def usage_of(r: ResponseState, output: int, prompt: int | None, cached: int | None) -> Usage:
-    """The response's usage: the engine's own prompt figures when it gave them, else the
-    estimate from the rendered request."""
-    return Usage(r.prompt_tokens if prompt is None else prompt, output, cached or 0)
 
 
 @dataclass(slots=True)
@@ -329,6 +301,9 @@ class RealtimeBridge:
                     return events
                 rate = r.seq.settings.output_format.rate_hz
                 return self._changed(events + r.seq.audio(b"", round(n * rate / OUTPUT_RATE_HZ), text))
+            case ev.ToolCallStreamed(turn_id=tid) | ev.ToolCallDone(turn_id=tid):
+                r, events = self._response(tid)
+                return self._changed(events + r.calls.on_event(event))
             case ev.ReplyGenerated(turn_id=tid, output_tokens=n, token_limit=limit):
                 return self._generated(tid, n, limit, event.prompt_tokens, event.cached_tokens)
             case ev.ReplyInterrupted(turn_id=tid):
@@ -402,7 +377,8 @@ class RealtimeBridge:
         if r is None or r.seq.done:
             return []
         usage = usage_of(r, tokens, prompt, cached)
-        return self._changed(r.seq.incomplete(usage) if limit else r.seq.finish(usage))
+        events = r.calls.flush()
+        return self._changed(events + (r.seq.incomplete(usage) if limit else r.seq.finish(usage)))
 
     def _stop_audio(self, r: ResponseState) -> list[ServerEvent]:
         if not r.audio_started or r.cleared:
@@ -442,7 +418,7 @@ class RealtimeBridge:
                 elif r.failed is not None:
                     events += r.seq.fail(r.failed, usage)
                 else:
-                    events += r.seq.finish(usage)
+                    events += r.calls.flush() + r.seq.finish(usage)
             events += self._cut_to_heard(r, record)
             if r.audio_started and not r.cleared:
                 events.append(OutputAudioStopped(r.seq.response_id))

@@ -13,12 +13,15 @@ items by the same rules the History keeps on ``/ws``:
   client's ``conversation.item.truncate`` only the words heard, marked with a
   trailing :data:`~voice_pipeline.history.CUT_MARK` like an interrupted reply on ``/ws``;
 * items without text (audio not transcribed yet, a reply cut before its first
-  word was heard) are left out, and so are function calls and their outputs: the
-  LLM interface carries chat text only, and the model served by default cannot
-  call tools (``tools_unsupported``); such items are still stored and shown;
+  word was heard) are left out;
+* a function call is an assistant message with ``tool_calls`` (joined to the words
+  or the calls of the same reply right before it), a ``function_call_output`` a
+  ``tool`` message with ``tool_call_id`` (:func:`~.conversation.item_message`);
 * the request is cut to ``dialogue.history_max_tokens`` by dropping the oldest whole
-  turns (:func:`~voice_pipeline.history.fit_history`); the system message and the
-  message being answered always stay.
+  turns (:func:`~voice_pipeline.history.fit_history`; a call and its output are in the
+  same turn); the system message and what is being answered always stay: the final
+  user message, or -- for a response after function outputs -- the last turn, from its
+  user message on (the calls and their outputs).
 
 For the reply to a spoken turn (``request(words, turn_id)``) the turn's own user item
 is rendered with the words being answered -- the final transcript, or the speculative
@@ -37,10 +40,11 @@ from llm.base import ChatMessage
 from voice_pipeline.history import (
     CUT_MARK,
     GENERATION_PROMPT_TOKENS,
+    estimate_tokens,
     fit_history,
     message_tokens,
 )
-from voice_pipeline.realtime.conversation import Conversation, chat_messages
+from voice_pipeline.realtime.conversation import Conversation, item_message, join_calls
 from voice_pipeline.realtime.items import InputAudio, Item, ItemStatus, Message, OutputAudio, Role
 
 _KEEP_PROMPTS = 16  # prompt-token estimates kept for the latest turns
@@ -62,31 +66,48 @@ def render(instructions: str, items: Sequence[Item]) -> list[ChatMessage]:
     """The items as the chat the LLM reads (see the module docstring), not yet cut to a budget."""
     out: list[ChatMessage] = []
     for item in items:
-        entries = chat_messages("", [item])
-        entry = entries[0] if entries else None
-        if not isinstance(entry, ChatMessage):
-            continue  # no text, or a function call / output
+        entry = item_message(item)
+        if entry is None:
+            continue
         if isinstance(item, Message) and item.role is Role.ASSISTANT and _cut(item):
             entry = ChatMessage("assistant", entry.content + CUT_MARK)
         out.append(entry)
+    out = join_calls(out)
     return [ChatMessage("system", instructions), *out] if instructions else out
+
+
+def chat_tokens(message: ChatMessage) -> int:
+    """A message's tokens, estimated (its function calls' names and arguments too)."""
+    calls = sum(estimate_tokens(c.name) + estimate_tokens(c.arguments) for c in message.tool_calls)
+    return message_tokens(message) + calls
+
+
+def _answered(rest: list[ChatMessage]) -> int:
+    """Where the messages being answered start in ``rest``: the final user message, or
+    after function outputs the last turn from its user message on (len: none)."""
+    if not rest or rest[-1].role not in ("user", "tool"):
+        return len(rest)
+    at = len(rest) - 1
+    while at > 0 and rest[at].role != "user":
+        at -= 1
+    return at
 
 
 def fit_request(messages: Sequence[ChatMessage], max_tokens: int) -> list[ChatMessage]:
     """``messages`` (a leading system message, then the conversation) within ``max_tokens``:
-    the oldest whole turns go first; the system message and a final user message stay."""
+    the oldest whole turns go first; the system message and what is answered stay."""
     system = messages[0] if messages and messages[0].role == "system" else None
     rest = list(messages[1:] if system is not None else messages)
-    last = rest.pop() if rest and rest[-1].role == "user" else None
+    at = _answered(rest)
+    rest, tail = rest[:at], rest[at:]
     head = [system] if system is not None else []
-    tail = [last] if last is not None else []
-    budget = max_tokens - sum(message_tokens(m) for m in (*head, *tail)) - GENERATION_PROMPT_TOKENS
-    return [*head, *fit_history(rest, budget), *tail]
+    budget = max_tokens - sum(chat_tokens(m) for m in (*head, *tail)) - GENERATION_PROMPT_TOKENS
+    return [*head, *fit_history(rest, budget, chat_tokens), *tail]
 
 
 def prompt_tokens(messages: Sequence[ChatMessage]) -> int:
     """The request's prompt tokens, estimated without the tokenizer (the usage figure)."""
-    return sum(message_tokens(m) for m in messages) + GENERATION_PROMPT_TOKENS
+    return sum(chat_tokens(m) for m in messages) + GENERATION_PROMPT_TOKENS
 
 
 class RealtimeContext:

@@ -20,20 +20,21 @@ Truncation (``conversation.item.truncate``) cuts an assistant audio part at
 next reply is not based on words the listener never heard.
 
 :func:`chat_messages` renders items as the LLM's chat: system instructions
-first, then one message per item (user audio by its transcript; function calls
-and their outputs as :class:`ToolCallMessage` / :class:`ToolResultMessage`,
-which :func:`chat_json` writes the way vLLM's OpenAI-compatible chat API takes
-them: an assistant message with ``tool_calls`` and a ``tool`` message).
+first, then one message per item (user audio by its transcript; a function call as
+an assistant message with ``tool_calls`` -- a reply's parallel calls, and the words
+said before them, as one message -- and a function's output as a ``tool`` message
+with ``tool_call_id``; :func:`chat_json` writes them the way vLLM's OpenAI-compatible
+chat API takes them).
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from llm.base import ChatMessage
+from llm.base import ChatMessage, ToolCall
 from llm.base import Role as ChatRole
 from voice_pipeline.heard import heard_text
 from voice_pipeline.realtime.errors import ErrorCode, RealtimeClientError, quote, refuse
@@ -235,24 +236,6 @@ class Conversation:
 # ---------------------------------------------------------------- the LLM's view
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCallMessage:
-    """The assistant called a function (vLLM: an assistant message with ``tool_calls``)."""
-
-    call_id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResultMessage:
-    """A function's output (vLLM: a ``tool`` message with ``tool_call_id``)."""
-
-    call_id: str
-    output: str
-
-
-ChatEntry = ChatMessage | ToolCallMessage | ToolResultMessage
 _ROLES: dict[Role, ChatRole] = {Role.SYSTEM: "system", Role.USER: "user", Role.ASSISTANT: "assistant"}
 
 
@@ -266,34 +249,52 @@ def _text(part: InputText | InputAudio | OutputText | OutputAudio) -> str:
             return transcript
 
 
-def chat_messages(instructions: str, items: Sequence[Item]) -> list[ChatEntry]:
-    """The chat the LLM reads: the instructions as the system message, then the items in
-    order. Messages without any text (audio not transcribed yet, a reply cut before its first
-    word was heard) are left out."""
-    out: list[ChatEntry] = [ChatMessage("system", instructions)] if instructions else []
-    for item in items:
-        match item:
-            case Message(role=role, content=content):
-                text = " ".join(t for t in (_text(p).strip() for p in content) if t)
-                if text:
-                    out.append(ChatMessage(_ROLES[role], text))
-            case FunctionCall(call_id=call_id, name=name, arguments=arguments):
-                out.append(ToolCallMessage(call_id, name, arguments))
-            case FunctionCallOutput(call_id=call_id, output=output):
-                out.append(ToolResultMessage(call_id, output))
+def item_message(item: Item) -> ChatMessage | None:
+    """One item as a chat message (None: a message without any text)."""
+    match item:
+        case Message(role=role, content=content):
+            text = " ".join(t for t in (_text(p).strip() for p in content) if t)
+            return ChatMessage(_ROLES[role], text) if text else None
+        case FunctionCall(call_id=call_id, name=name, arguments=arguments):
+            return ChatMessage("assistant", "", tool_calls=(ToolCall(call_id, name, arguments),))
+        case FunctionCallOutput(call_id=call_id, output=output):
+            return ChatMessage("tool", output, tool_call_id=call_id)
+    return None
+
+
+def join_calls(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """A function call joins the assistant message right before it (the words the reply
+    said, or the calls made with it): a reply's parallel calls are one message."""
+    out: list[ChatMessage] = []
+    for m in messages:
+        prev = out[-1] if out else None
+        if m.tool_calls and not m.content and prev is not None and prev.role == "assistant":
+            out[-1] = replace(prev, tool_calls=prev.tool_calls + m.tool_calls)
+        else:
+            out.append(m)
     return out
 
 
-def chat_json(entries: Sequence[ChatEntry]) -> list[dict[str, Any]]:
+def chat_messages(instructions: str, items: Sequence[Item]) -> list[ChatMessage]:
+    """The chat the LLM reads: the instructions as the system message, then the items in
+    order. Messages without any text (audio not transcribed yet, a reply cut before its first
+    word was heard) are left out; function calls join the assistant message before them."""
+    out = [ChatMessage("system", instructions)] if instructions else []
+    return out + join_calls([m for m in map(item_message, items) if m is not None])
+
+
+def chat_json(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """The chat in the OpenAI chat-completions format vLLM's chat templates are given."""
     out: list[dict[str, Any]] = []
-    for entry in entries:
-        match entry:
-            case ChatMessage(role=role, content=content):
-                out.append({"role": role, "content": content})
-            case ToolCallMessage(call_id=call_id, name=name, arguments=arguments):
-                call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-            case ToolResultMessage(call_id=call_id, output=output):
-                out.append({"role": "tool", "tool_call_id": call_id, "content": output})
+    for m in messages:
+        entry: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.tool_calls:
+            entry["content"] = m.content or None
+            entry["tool_calls"] = [
+                {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in m.tool_calls
+            ]
+        if m.tool_call_id is not None:
+            entry["tool_call_id"] = m.tool_call_id
+        out.append(entry)
     return out

@@ -60,6 +60,9 @@ class ErrorCode(enum.StrEnum):
     RESPONSE_ALREADY_ACTIVE = "conversation_already_has_active_response"
     # this server's own failures (type server_error): a stage failed, or a bug
     SERVER_ERROR = "server_error"
+    #: the model wrote a function call that is not usable as written: arguments that are not
+    #: a JSON object, or a function the response did not offer (the item holds it as written)
+    INVALID_FUNCTION_CALL = "invalid_function_call"
     #: the connection is refused (then closed): the session limit, the origin, a shutdown
     SESSION_LIMIT = "session_limit_reached"
     REFUSED = "connection_refused"

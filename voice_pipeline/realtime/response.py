@@ -13,8 +13,10 @@ server events to send for each step::
     text(d)              response.output_text.delta
     audio(b, n, t)       response.output_audio_transcript.delta (when a clause of words starts),
                          response.output_audio.delta
-    function_call(name)  (closes the message) response.output_item.added, conversation.item.added*
+    function_call(name)  (closes the open item) response.output_item.added, conversation.item.added*
     arguments(d)         response.function_call_arguments.delta
+    close_call()         response.function_call_arguments.done, response.output_item.done,
+                         conversation.item.done*
     finish, cancel,      response.output_text.done | (response.output_audio.done,
     incomplete, fail     response.output_audio_transcript.done), response.content_part.done,
                          response.output_item.done, conversation.item.done* (a function call:
@@ -303,6 +305,13 @@ class ResponseSequencer:
         return [
             FunctionArgumentsDelta(self.response_id, item.id, self._open.output_index, item.call_id, delta)
         ]
+
+    def close_call(self) -> list[ServerEvent]:
+        """The open function call is complete (its arguments are all written)."""
+        self._need(_Phase.CREATED, "close_call")
+        if self._open is None or not isinstance(self._open.item, FunctionCall):
+            raise ResponseSequenceError("close_call outside a function call")
+        return self._close(ItemStatus.COMPLETED)
 
     def _close(self, status: ItemStatus) -> list[ServerEvent]:
         current, self._open = self._open, None

@@ -31,6 +31,7 @@ from voice_pipeline.realtime.tools import (
     ToolChoiceMode,
     tool_choice_json,
     tool_json,
+    tool_offer,
 )
 from voice_pipeline.realtime.wire import Json
 from voice_pipeline.steering import ReplyOptions
@@ -271,8 +272,13 @@ def steering(cfg: RealtimeSessionConfig, base: Config) -> Steering:
     """``server_vad``: the VAD's settings, silence alone ends a turn; ``semantic_vad``: this
     server's end-of-turn policy, eagerness its longest wait; ``None``: manual turns, never
     answered by themselves. ``interrupt_response`` turns barge-in off (never on if the
-    server has it off); ``create_response`` the automatic replies."""
-    reply = ReplyOptions(speak=cfg.output_modality is Modality.AUDIO, max_tokens=cfg.max_output_tokens)
+    server has it off); ``create_response`` the automatic replies, which are offered the
+    session's tools."""
+    reply = ReplyOptions(
+        speak=cfg.output_modality is Modality.AUDIO,
+        max_tokens=cfg.max_output_tokens,
+        tools=tool_offer(cfg.tools, cfg.tool_choice),
+    )
     td = cfg.turn_detection
     if td is None:
         return Steering(base.vad, base.turn, base.barge_in, TurnOptions(Detection.MANUAL, False), reply)

@@ -1,11 +1,16 @@
 """Function tools of the Realtime protocol: parsed, checked against the model, serialized.
 
-A model can call tools only if its chat template renders them: vLLM passes the
-request's ``tools`` to the template, and a template that never mentions
-``tools`` drops them silently (SmolLM2-135M-Instruct's is such a template).
-:func:`chat_template_supports_tools` tells from the template; with a model that
-cannot call tools, any tool or a forced tool choice is refused with
-``tools_unsupported`` and a message naming the model (:func:`check_tools`).
+A model chooses by itself whether to call a tool (``tool_choice: "auto"``) only
+if its chat template renders the tools: vLLM passes the request's ``tools`` to the
+template, and a template that never mentions ``tools`` drops them silently
+(SmolLM2-135M-Instruct's is such a template). :func:`chat_template_supports_tools`
+tells from the template. A forced call (``"required"`` or a named function) works
+with any model: the engine constrains the reply to the arguments' JSON schema
+(vLLM's structured outputs). So with a model that cannot call tools, tools with
+``tool_choice: "auto"`` are refused with ``tools_unsupported`` and a message naming
+the model and the fix (:func:`check_tools`); ``"none"`` never offers them.
+
+:func:`tool_offer` is what the LLM is given for a response (:class:`llm.base.ToolOffer`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from llm.base import ToolMode, ToolOffer, ToolSpec
 from voice_pipeline.realtime.errors import ErrorCode, quote, refuse
 from voice_pipeline.realtime.wire import Fields, Json, element
 
@@ -135,21 +141,17 @@ def parse_tool_choice(f: Fields) -> ToolChoice | None:
 def check_tools(
     tools: Sequence[FunctionTool], choice: ToolChoice, supported: bool, model: str, path: str
 ) -> None:
-    """Raise unless ``tools`` and ``choice`` can be used with this model."""
-    if not supported:
-        if tools:
-            raise refuse(
-                ErrorCode.TOOLS_UNSUPPORTED,
-                f"the model served here ({model}) cannot call tools: its chat template has no tool "
-                'support; send "tools": []',
-                f"{path}.tools",
-            )
-        if choice is ToolChoiceMode.REQUIRED or isinstance(choice, ToolChoiceFunction):
-            raise refuse(
-                ErrorCode.TOOLS_UNSUPPORTED,
-                f'the model served here ({model}) cannot call tools; tool_choice must be "auto" or "none"',
-                f"{path}.tool_choice",
-            )
+    """Raise unless ``tools`` and ``choice`` can be used with this model (``supported``: its
+    chat template renders tools, so it can choose a call by itself)."""
+    if not supported and tools and choice is ToolChoiceMode.AUTO:
+        raise refuse(
+            ErrorCode.TOOLS_UNSUPPORTED,
+            f"the model served here ({model}) cannot call tools by itself: its chat template has "
+            'no tool support, so tool_choice "auto" cannot be honoured; force a call with '
+            'tool_choice "required" or {"type": "function", "name": ...} (the reply is then '
+            'constrained to the arguments\' schema), use "none", or send "tools": []',
+            f"{path}.tools",
+        )
     if isinstance(choice, ToolChoiceFunction) and choice.name not in {t.name for t in tools}:
         raise refuse(
             ErrorCode.INVALID_VALUE,
@@ -173,3 +175,13 @@ def tool_choice_json(choice: ToolChoice) -> str | Json:
     if isinstance(choice, ToolChoiceFunction):
         return {"type": "function", "name": choice.name}
     return str(choice)
+
+
+def tool_offer(tools: Sequence[FunctionTool], choice: ToolChoice) -> ToolOffer | None:
+    """What the LLM is offered for a response (None: no tools, or ``tool_choice: "none"``)."""
+    if not tools or choice is ToolChoiceMode.NONE:
+        return None
+    specs = tuple(ToolSpec(t.name, t.description, t.parameters_json) for t in tools)
+    if isinstance(choice, ToolChoiceFunction):
+        return ToolOffer(specs, ToolMode.REQUIRED, choice.name)
+    return ToolOffer(specs, ToolMode.REQUIRED if choice is ToolChoiceMode.REQUIRED else ToolMode.AUTO)
