@@ -34,7 +34,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.base import Transcription
-from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOutcome, PrefillResult
+from llm.base import (
+    ChatMessage,
+    HealthTracker,
+    LLMDelta,
+    LLMHealth,
+    PrefillOutcome,
+    PrefillResult,
+    ToolOffer,
+)
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.events import Event, TurnCompleted
@@ -207,6 +215,8 @@ class FakeTurnModel:
 class LLMRequest:
     request_id: str
     messages: tuple[ChatMessage, ...]
+    #: the tools the request offered (the fake answers with text all the same)
+    tools: ToolOffer | None = None
 
 
 def word_deltas(reply: str) -> list[str]:
@@ -255,8 +265,10 @@ class FakeLLM:
         self._hold_after = None
         self._resume.set()
 
-    def stream(self, messages: Sequence[ChatMessage], request_id: str) -> AsyncGenerator[LLMDelta, None]:
-        self.requests.append(LLMRequest(request_id, tuple(messages)))
+    def stream(
+        self, messages: Sequence[ChatMessage], request_id: str, tools: ToolOffer | None = None
+    ) -> AsyncGenerator[LLMDelta, None]:
+        self.requests.append(LLMRequest(request_id, tuple(messages), tools))
         prompt = sum(len(m.content.split()) for m in messages)
         cached = max(
             (sum(len(m.content.split()) for m in w) for w in self._warm if tuple(messages[: len(w)]) == w),
