@@ -105,6 +105,26 @@ async def test_the_sdk_holds_a_session_typed_and_spoken() -> None:
         assert (await rt.wait_type("response.done", since=since)).response.status == "completed"
 
 
+async def test_a_session_s_tools_reach_the_llm_with_the_default_model() -> None:
+    clock = {"type": "function", "name": "clock", "description": "the time", "parameters": {"type": "object"}}
+    async with server() as (srv, fakes), realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        since = len(rt.events)
+        named = {"type": "function", "name": "clock"}
+        session = {"type": "realtime", "tools": [clock], "tool_choice": named}
+        await rt.send({"type": "session.update", "session": session})
+        assert (await rt.wait_type("session.updated", since=since)).session.tools[0].name == "clock"
+        await ask(rt, "What time is it?")  # the fake LLM answers in words all the same
+        offer = fakes.llm.requests[-1].tools
+        assert offer is not None and offer.function == "clock" and offer.tools[0].name == "clock"
+        await ask(rt, "And now?", tool_choice="none")
+        assert fakes.llm.requests[-1].tools is None
+        since = len(rt.events)
+        await rt.send({"type": "session.update", "session": {"type": "realtime", "tool_choice": "auto"}})
+        error = await rt.wait_type("error", since=since)
+        assert error.error.code == "tools_unsupported"  # SmolLM2 cannot choose calls by itself
+
+
 async def test_the_token_is_the_sdks_api_key() -> None:
     async with server(auth_token=TOKEN) as (srv, _):
         with pytest.raises(InvalidStatus) as info:
