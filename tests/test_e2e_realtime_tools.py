@@ -15,14 +15,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from rtclient import realtime
+from rtclient import pcm16, realtime
 from servers import running_server
+from speech import concat, espeak, silence
 
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.server.app import VoiceServer
 
 pytestmark = pytest.mark.real_models
+
+RATE = 24000
 
 WEATHER = {
     "type": "function",
@@ -112,3 +115,25 @@ async def test_a_named_tool_choice_round_trip_on_the_default_model(srv: VoiceSer
         text = "".join(e.delta for e in rt.of("response.output_text.delta", since))
         assert done.response.output[0].type == "message" and text
         assert "17" in text, text
+
+
+async def test_a_spoken_turn_is_answered_with_a_forced_call(srv: VoiceServer) -> None:
+    """Turn detection's own responses are offered the session's tools (audio modality: a
+    response that only calls has no audio)."""
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        await rt.send({
+            "type": "session.update",
+            "session": {"type": "realtime", "tools": [WEATHER], "tool_choice": "required"},
+        })  # fmt: skip
+        await rt.wait_type("session.updated")
+        rt.microphone()
+        since = len(rt.events)
+        await rt.say(pcm16(concat(silence(0.3, RATE), espeak("What is the weather in Berlin?", RATE))))
+        done = await rt.wait_type("response.done", since=since)
+        assert done.response.status == "completed", done.response.status_details
+        (call,) = done.response.output
+        assert (call.type, call.name) == ("function_call", "get_weather")
+        arguments = json.loads(call.arguments)
+        assert isinstance(arguments, dict) and isinstance(arguments.get("city"), str), call.arguments
+        assert not rt.of("response.output_audio.delta", since) and not rt.of("error", since)

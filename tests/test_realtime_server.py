@@ -119,6 +119,13 @@ async def test_a_session_s_tools_reach_the_llm_with_the_default_model() -> None:
         assert offer is not None and offer.function == "clock" and offer.tools[0].name == "clock"
         await ask(rt, "And now?", tool_choice="none")
         assert fakes.llm.requests[-1].tools is None
+        # a spoken turn: its reply is offered the tools too (no prefetch without them)
+        before = len(fakes.llm.requests)
+        since = len(rt.events)
+        await rt.stream(pcm16(silence(0.3, 24000)) + pcm16(tone(0.6, 24000)) + pcm16(silence(1.0, 24000)))
+        assert (await rt.wait_type("response.done", since=since)).response.status == "completed"
+        asked = fakes.llm.requests[before:]
+        assert asked and all(r.tools == offer for r in asked), asked
         since = len(rt.events)
         await rt.send({"type": "session.update", "session": {"type": "realtime", "tool_choice": "auto"}})
         error = await rt.wait_type("error", since=since)
