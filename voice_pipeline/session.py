@@ -267,8 +267,7 @@ class Session:
                     self._turns[tid].utterance.speculate(end)
                 case te.StopSpeculating(turn_id=tid):
                     self._turns[tid].utterance.stop_speculating()
-                case te.Prefetch(turn_id=tid) if self._reply_options.tools is None:
-                    # (a prefetch asks without tools: a reply offered tools asks afresh)
+                case te.Prefetch(turn_id=tid) if self._reply_options.tools is None:  # it has no tools
                     self._warmer.llm_starting()
                     turn = self._turns[tid]
                     tag = f"{id(self)}-{tid}-{turn.epoch}"
