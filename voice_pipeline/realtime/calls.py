@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from voice_pipeline import events as ev
 from voice_pipeline.realtime.errors import ErrorCode, ErrorType, ProtocolError, quote
@@ -78,13 +78,13 @@ class _Call:
     ended: bool = False  # its item is done (output_item.done sent)
 
 
-@dataclass(slots=True)
 class ResponseCalls:
     """The function calls of one response (``offered``: the names of its tools)."""
 
-    seq: ResponseSequencer
-    offered: frozenset[str]
-    _calls: dict[int, _Call] = field(default_factory=dict)
+    def __init__(self, seq: ResponseSequencer, offered: frozenset[str]) -> None:
+        self.seq = seq
+        self.offered = offered
+        self._calls: dict[int, _Call] = {}  # by the reply's call index
 
     def _live(self) -> _Call | None:
         """The call whose item is open in the sequencer, if any."""
