@@ -1,0 +1,435 @@
+"""Function calls in a model's streamed text, told apart from its spoken text (pure).
+
+A model offered tools (``tool_choice: auto``) answers with text, with calls, or both.
+Two written forms of a call are accepted:
+
+* Hermes tags (Qwen2.5, Hermes, many fine-tunes), one tag per call, several for
+  parallel calls::
+
+      <tool_call>
+      {"name": "get_weather", "arguments": {"city": "Paris"}}
+      </tool_call>
+
+* bare JSON at the start of the reply, or right after another call, with no tags
+  (Qwen2.5-Coder-0.5B-Instruct writes this): one object, several objects one after the
+  other, or a list of them::
+
+      {"name": "get_weather", "arguments": {"city": "Paris"}}
+      [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]
+
+  (``"parameters"`` is taken for ``"arguments"``, and ``{"function": {...}}`` for the
+  object inside it.)
+
+:class:`ToolCallParser` is fed the reply's text piece by piece and returns what it has
+decided: plain text at once, calls when each is complete. Text that may still turn into
+a call is held until that is decided -- a tail that may be the start of ``<tool_call>``,
+and a reply (or the text after a call) that starts with ``{`` or ``[`` until that JSON
+value closes (is it a call?) or cannot be one (``{`` not followed by ``"``, ``[`` by
+``{``)::
+
+    START --"{" or "["--> BARE --value closed: a call--> (call) START
+      |                     '---closed, not a call / cannot be one--> TEXT
+      |--"<tool_call>"--> TAG --"</tool_call>"--> (call) START
+      '--other text--> TEXT --"<tool_call>"--> TAG
+                        (TEXT holds a tail that may begin "<tool_call>")
+
+Each call comes out whole, as one :class:`~llm.base.ToolCallDelta` (its id, its name,
+all its arguments). The arguments are the model's JSON as text: an object is written
+out again (``json.dumps``), a string is taken as the JSON text it carries. A call the
+model wrote wrong (a broken JSON value, a tag never closed, max_tokens reached inside
+it) is salvaged, never raised: its name if one is written (else ``""``) and its
+arguments *as written*, so the caller can report them (``json.loads`` fails). Blank
+text between and after calls is dropped.
+
+:class:`NamedCallStream` is the same interface for a request forced to call one
+function (structured outputs make the whole reply the arguments JSON): its text is
+streamed as that call's arguments. :class:`ToolCallCollector` joins the deltas of a
+reply into :class:`~llm.base.ToolCall` objects.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from llm.base import ToolCall, ToolCallDelta
+
+OPEN_TAG: Final = "<tool_call>"
+CLOSE_TAG: Final = "</tool_call>"
+
+_NAME_KEY = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_ARGS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
+
+
+def new_call_id() -> str:
+    """A fresh call id, ``call_`` and 24 random hex digits (unique in practice)."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """What one :meth:`ToolCallParser.feed` decided: text to pass on, and complete calls."""
+
+    text: str = ""
+    calls: tuple[ToolCallDelta, ...] = ()
+
+
+class CallStream(Protocol):
+    """What an engine runs a reply's text through when the request offered tools."""
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """The complete calls so far."""
+        ...
+
+    def feed(self, text: str) -> Parsed: ...
+
+    def finish(self) -> Parsed: ...
+
+
+class _State(enum.Enum):
+    START = "start"  # nothing decided yet (the reply's start, or just after a call)
+    TEXT = "text"
+    TAG = "tag"  # inside <tool_call> ... </tool_call>
+    BARE = "bare"  # a JSON value that may be a call
+
+
+def json_value_end(text: str, start: int) -> int | None:
+    """End (exclusive) of the JSON object/array/string beginning at ``text[start]``, or None
+    if it has not closed yet. Brackets inside strings are skipped; the value is not checked."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+                if depth == 0:
+                    return i + 1
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth <= 0:
+                return i + 1
+    return None
+
+
+def _may_be_call(text: str) -> bool:
+    """Could ``text`` (starting with ``{`` or ``[``) still become a call or a list of calls?"""
+    rest = text[1:].lstrip()
+    if not rest:
+        return True
+    if text[0] == "[":
+        return rest[0] == "{" and _may_be_call(rest)
+    return rest[0] == '"'
+
+
+def _arguments_text(value: object) -> str:
+    if value is None:
+        return "{}"
+    if isinstance(value, str):
+        return value  # the OpenAI form: the arguments' JSON as a string
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _call_parts(value: object) -> tuple[str, str] | None:
+    """(name, arguments JSON) of a parsed call object, None if it is not one."""
+    if not isinstance(value, dict):
+        return None
+    inner = value.get("function")
+    if isinstance(inner, dict) and "name" in inner:
+        value = inner
+    name = value.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    if not set(value) <= {"name", "arguments", "parameters", "id", "type"}:
+        return None
+    args = value.get("arguments", value.get("parameters"))
+    return name, _arguments_text(args)
+
+
+def calls_in_json(text: str) -> list[tuple[str, str]] | None:
+    """The calls of a complete JSON text (one call object or a list of them), None if it
+    is not valid JSON or not calls."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    items = value if isinstance(value, list) else [value]
+    parts = [_call_parts(item) for item in items]
+    if not items or any(p is None for p in parts):
+        return None
+    return [p for p in parts if p is not None]
+
+
+def salvage_calls(text: str) -> list[tuple[str, str]]:
+    """The calls of text that is not valid JSON: each ``"name": "..."`` with the
+    ``"arguments"`` value after it as written (a truncated value as far as it goes).
+    Text with no name at all is one call named ``""`` whose arguments are the text."""
+    found: list[tuple[str, str]] = []
+    pos = 0
+    while (name_match := _NAME_KEY.search(text, pos)) is not None:
+        try:
+            name = json.loads(f'"{name_match.group(1)}"')
+        except ValueError:
+            name = name_match.group(1)
+        pos = name_match.end()
+        args_match = _ARGS_KEY.search(text, pos)
+        following = _NAME_KEY.search(text, pos)
+        if args_match is None or (following is not None and following.start() < args_match.start()):
+            found.append((name, "{}"))
+            continue
+        start = args_match.end()
+        opened = text[start : start + 1] in ("{", "[", '"')
+        end = json_value_end(text, start) if opened else None
+        if end is None and opened:
+            raw = text[start:].rstrip()  # cut short: as far as it was written
+            pos = len(text)
+        elif end is None:  # a bare scalar or junk: up to the next , } or ]
+            stop = re.search(r"[,}\]]", text[start:])
+            raw = text[start : start + stop.start() if stop else len(text)].strip()
+            pos = start + max(len(raw), 1)
+        else:
+            raw = text[start:end]
+            pos = end
+            if raw.startswith('"'):
+                try:
+                    decoded = json.loads(raw)
+                    raw = decoded if isinstance(decoded, str) else raw
+                except ValueError:
+                    pass
+        found.append((name, raw))
+    if not found:
+        found.append(("", text.strip()))
+    return found
+
+
+class ToolCallParser:
+    """Splits a streamed reply into text and function calls (see the module docstring).
+
+    ``feed()`` each new piece of text, ``finish()`` once at the end; each returns what
+    was decided since the last call. ``new_id`` makes the call ids (tests pass a counter).
+    """
+
+    def __init__(self, new_id: Callable[[], str] = new_call_id) -> None:
+        self._new_id = new_id
+        self._state = _State.START
+        self._buf = ""  # text not yet decided (START, TAG, BARE) or held (TEXT: a tag's start)
+        self._index = 0
+        self._finished = False
+        #: every complete call so far, in order
+        self.calls: list[ToolCall] = []
+
+    def feed(self, text: str) -> Parsed:
+        if self._finished:
+            raise RuntimeError("feed() after finish()")
+        self._buf += text
+        out_text: list[str] = []
+        out_calls: list[ToolCallDelta] = []
+        while self._step(out_text, out_calls):
+            pass
+        return Parsed("".join(out_text), tuple(out_calls))
+
+    def finish(self) -> Parsed:
+        """The end of the reply: decide what is still held (a call cut short is salvaged)."""
+        if self._finished:
+            return Parsed()
+        self._finished = True
+        buf, self._buf = self._buf, ""
+        calls: list[ToolCallDelta] = []
+        text = ""
+        match self._state:
+            case _State.START:
+                text = "" if self.calls else buf
+            case _State.TEXT:
+                text = buf
+            case _State.TAG:
+                body = buf[: len(buf) - _partial_tag_len(buf, CLOSE_TAG)]
+                self._emit(self._calls_of(body.strip()), calls)
+            case _State.BARE:
+                body = buf.strip()
+                if _NAME_KEY.search(body):
+                    self._emit(salvage_calls(body), calls)
+                else:
+                    text = buf
+        return Parsed(text, tuple(calls))
+
+    # ------------------------------------------------------------ internals
+
+    def _step(self, out_text: list[str], out_calls: list[ToolCallDelta]) -> bool:
+        """Advance on the buffer once; True if the state changed (so step again)."""
+        buf = self._buf
+        if self._state is _State.START:
+            stripped = buf.lstrip()
+            if not stripped:
+                return False
+            if stripped[0] in "{[":
+                self._buf = buf if not self.calls else stripped
+                return self._move(_State.BARE)
+            if stripped.startswith(OPEN_TAG):
+                self._buf = stripped[len(OPEN_TAG) :]
+                return self._move(_State.TAG)
+            if OPEN_TAG.startswith(stripped):
+                return False  # may be the start of a tag
+            if self.calls:
+                self._buf = stripped  # no blank text between a call and what follows
+            return self._move(_State.TEXT)
+        if self._state is _State.TEXT:
+            at = buf.find(OPEN_TAG)
+            if at >= 0:
+                out_text.append(buf[:at])
+                self._buf = buf[at + len(OPEN_TAG) :]
+                return self._move(_State.TAG)
+            keep = _partial_tag_len(buf, OPEN_TAG)
+            out_text.append(buf[: len(buf) - keep])
+            self._buf = buf[len(buf) - keep :]
+            return False
+        if self._state is _State.TAG:
+            at = _close_tag_at(buf)
+            if at < 0:
+                return False
+            self._emit(self._calls_of(buf[:at].strip()), out_calls)
+            self._buf = buf[at + len(CLOSE_TAG) :]
+            return self._move(_State.START)
+        # BARE
+        begin = len(buf) - len(buf.lstrip())
+        body = buf[begin:]
+        if not _may_be_call(body):
+            return self._move(_State.TEXT)
+        end = json_value_end(buf, begin)
+        if end is None:
+            return False
+        calls = calls_in_json(buf[begin:end])
+        if calls is None:  # JSON, but not calls: plain text
+            return self._move(_State.TEXT)
+        self._emit(calls, out_calls)
+        self._buf = buf[end:]
+        return self._move(_State.START)
+
+    def _move(self, state: _State) -> bool:
+        self._state = state
+        return True
+
+    @staticmethod
+    def _calls_of(body: str) -> list[tuple[str, str]]:
+        calls = calls_in_json(body)
+        return calls if calls is not None else salvage_calls(body)
+
+    def _emit(self, calls: Iterable[tuple[str, str]], out: list[ToolCallDelta]) -> None:
+        for name, arguments in calls:
+            call = ToolCall(self._new_id(), name, arguments)
+            self.calls.append(call)
+            out.append(ToolCallDelta(self._index, call.call_id, name, arguments))
+            self._index += 1
+
+
+def _close_tag_at(text: str) -> int:
+    """Where ``</tool_call>`` is in ``text``, outside JSON strings (-1: not there)."""
+    in_string = escaped = False
+    for i, c in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c == "<" and text.startswith(CLOSE_TAG, i):
+            return i
+    return -1
+
+
+def _partial_tag_len(text: str, tag: str) -> int:
+    """Length of the longest tail of ``text`` that is a proper start of ``tag``."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def parse_tool_calls(text: str, new_id: Callable[[], str] = new_call_id) -> tuple[str, list[ToolCall]]:
+    """A whole reply at once: (its text, its calls)."""
+    parser = ToolCallParser(new_id)
+    first, last = parser.feed(text), parser.finish()
+    return first.text + last.text, parser.calls
+
+
+class NamedCallStream:
+    """The reply of a request forced to call ``name`` (structured outputs): all its text
+    is that call's arguments, streamed as they come (same interface as the parser)."""
+
+    def __init__(self, name: str, new_id: Callable[[], str] = new_call_id) -> None:
+        self.name = name
+        self.call_id = new_id()
+        self._arguments: list[str] = []
+        self._started = False
+
+    def feed(self, text: str) -> Parsed:
+        if not text:
+            return Parsed()
+        self._arguments.append(text)
+        first, self._started = not self._started, True
+        delta = ToolCallDelta(0, self.call_id if first else None, self.name if first else None, text)
+        return Parsed("", (delta,))
+
+    def finish(self) -> Parsed:
+        if self._started:
+            return Parsed()
+        self._started = True  # an empty reply is still the one call, with no arguments
+        return Parsed("", (ToolCallDelta(0, self.call_id, self.name, ""),))
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [ToolCall(self.call_id, self.name, "".join(self._arguments))] if self._started else []
+
+
+class ToolCallCollector:
+    """Joins the :class:`~llm.base.ToolCallDelta` of a reply into complete calls, by index."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, str] = {}
+        self._names: dict[int, str] = {}
+        self._args: dict[int, list[str]] = {}
+
+    def add(self, delta: ToolCallDelta) -> None:
+        if delta.call_id is not None:
+            self._ids[delta.index] = delta.call_id
+        if delta.name is not None:
+            self._names[delta.index] = delta.name
+        self._args.setdefault(delta.index, []).append(delta.arguments)
+
+    def add_all(self, deltas: Iterable[ToolCallDelta]) -> None:
+        for delta in deltas:
+            self.add(delta)
+
+    def calls(self) -> list[ToolCall]:
+        """The calls so far, by index (a call whose id never came gets a new one)."""
+        for index in self._args:
+            self._ids.setdefault(index, new_call_id())
+        return [
+            ToolCall(self._ids[i], self._names.get(i, ""), "".join(self._args[i])) for i in sorted(self._args)
+        ]
+
+
+def arguments_object(arguments: str) -> dict[str, Any] | None:
+    """A call's arguments as a JSON object, None if they are not one (malformed)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
