@@ -48,7 +48,17 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Se
 from pathlib import Path
 from typing import Any
 
-from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOutcome, PrefillResult
+from llm.base import (
+    ChatMessage,
+    HealthTracker,
+    LLMDelta,
+    LLMHealth,
+    PrefillOutcome,
+    PrefillResult,
+    ToolOffer,
+)
+from llm.toolcalls import Parsed
+from llm.toolprompt import ToolPlan, chat_template_supports_tools, plan_request, template_messages
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import ClosedError, EngineError, MissingPackageError, ModelError
 
@@ -197,6 +207,9 @@ class VLLMEngine:
         except Exception as exc:
             raise ModelError(f"vLLM failed to load {model_dir}: {exc}") from exc
         self._tokenizer: Any = self._engine.get_tokenizer()
+        self._model_name = model_dir.name
+        #: the chat template renders tools: the model can call them by itself (``auto``)
+        self.supports_tools = chat_template_supports_tools(getattr(self._tokenizer, "chat_template", None))
         log.info("vLLM engine ready in %.1f s", time.monotonic() - start)
         # closes the engine process at interpreter exit if aclose() was never awaited
         self._at_exit = functools.partial(_shutdown_at_exit, weakref.ref(self))
@@ -205,44 +218,65 @@ class VLLMEngine:
     # ------------------------------------------------------------ interface
 
     async def stream(
-        self, messages: Sequence[ChatMessage], request_id: str
+        self, messages: Sequence[ChatMessage], request_id: str, tools: ToolOffer | None = None
     ) -> AsyncGenerator[LLMDelta, None]:
         """Yield the reply's new text as it is generated.
 
         Closing this iterator early or cancelling the task that iterates it aborts
         the request in the engine before the close/cancel completes.
+
+        ``tools`` (:func:`llm.toolprompt.plan_request`): ``auto`` renders them with the chat
+        template and reads calls out of the text (:class:`llm.toolcalls.ToolCallParser`;
+        while text may be a call it is held, and its deltas carry only ``num_tokens``); a
+        named function or ``required`` holds the reply to the calls' JSON schema with vLLM's
+        structured outputs (xgrammar), so any model calls with valid arguments.
         """
         engine = self._require_open()
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
+        plan = plan_request(messages, tools, self.supports_tools, self._model_name)
+        structured = None
+        if plan.schema is not None:  # compact JSON: a small model may pad with blanks forever
+            structured = StructuredOutputsParams(json=plan.schema, disable_any_whitespace=True)
         params = SamplingParams(
             max_tokens=self._cfg.max_tokens,
             temperature=self._cfg.temperature,
             top_p=self._cfg.top_p,
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=structured,
         )
-        ids = self._prompt_ids(messages)
+        ids = self._prompt_ids(plan)
+        calls = plan.calls
         sent_ns = time.monotonic_ns()
         first = True
+        done = False
         try:
             async with contextlib.aclosing(self._outputs(engine, ids, params, request_id)) as outputs:
                 async for out in outputs:
                     completion = out.outputs[0]
+                    done = bool(out.finished)
                     if not (completion.text or completion.token_ids):
                         continue
                     self._health.succeeded()
+                    parsed = calls.feed(completion.text) if calls else Parsed(completion.text)
+                    tokens = len(completion.token_ids)
                     if first:
                         first = False
                         yield LLMDelta(
-                            completion.text,
-                            len(completion.token_ids),
+                            parsed.text,
+                            tokens,
                             prompt_tokens=len(ids),
                             cached_tokens=_cached_tokens(out),
                             prefill_ms=(time.monotonic_ns() - sent_ns) / 1e6,
+                            tool_calls=parsed.calls,
                         )
                     else:
-                        yield LLMDelta(completion.text, len(completion.token_ids))
+                        yield LLMDelta(parsed.text, tokens, tool_calls=parsed.calls)
+            if calls is not None and done:  # what the parser still held (not if aborted)
+                end = calls.finish()
+                if end.text or end.calls:
+                    yield LLMDelta(end.text, 0, tool_calls=end.calls)
         except TimeoutError as exc:
             error = EngineError(f"vLLM produced no token for {self._cfg.request_timeout_s} s", retryable=True)
             self._health.failed(time.monotonic_ns(), str(error))
@@ -352,11 +386,16 @@ class VLLMEngine:
             raise EngineError("the vLLM engine process died", retryable=False)
         return self._engine
 
-    def _prompt_ids(self, messages: Sequence[ChatMessage]) -> list[int]:
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
-        text = self._tokenizer.apply_chat_template(
-            conversation, add_generation_prompt=True, tokenize=False
-        )
+    def _prompt_ids(self, plan: ToolPlan) -> list[int]:
+        extra = {"tools": plan.tools} if plan.tools else {}
+        try:
+            text = self._tokenizer.apply_chat_template(
+                plan.conversation, add_generation_prompt=True, tokenize=False, **extra
+            )
+        except Exception as exc:  # jinja: a template that refuses this conversation
+            raise EngineError(
+                f"the chat template cannot render this conversation: {exc}", retryable=False
+            ) from exc
         ids = self._tokenizer.encode(text, add_special_tokens=False)
         if len(ids) + 1 > self._cfg.max_model_len:
             raise EngineError(
@@ -370,7 +409,7 @@ class VLLMEngine:
         prompt, a final user message left open (HF's ``continue_final_message``)."""
         if not messages:
             raise EngineError("a prefill needs at least one message", retryable=False)
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
+        conversation = template_messages(messages, self.supports_tools)
         text = self._tokenizer.apply_chat_template(
             conversation,
             add_generation_prompt=False,
