@@ -18,7 +18,7 @@ Two written forms of a call are accepted:
       [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]
 
   (``"parameters"`` is taken for ``"arguments"``, and ``{"function": {...}}`` for the
-  object inside it.)
+  object inside it; a Markdown fence around them, ```` ```json ````, is dropped.)
 
 :class:`ToolCallParser` is fed the reply's text piece by piece and returns what it has
 decided: plain text at once, calls when each is complete. Text that may still turn into
@@ -61,6 +61,9 @@ from llm.base import ToolCall, ToolCallDelta
 
 OPEN_TAG: Final = "<tool_call>"
 CLOSE_TAG: Final = "</tool_call>"
+FENCE: Final = "```"
+#: the language tags of a Markdown fence that may hold bare JSON calls
+FENCE_LANGUAGES: Final = frozenset({"", "json", "tool_call", "tool_code"})
 
 _NAME_KEY = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
@@ -230,6 +233,8 @@ class ToolCallParser:
         self._buf = ""  # text not yet decided (START, TAG, BARE) or held (TEXT: a tag's start)
         self._index = 0
         self._finished = False
+        self._fence = ""  # an opening ``` fence held with the JSON after it
+        self._in_fence = False  # calls were read inside a fence: drop the closing one
         #: every complete call so far, in order
         self.calls: list[ToolCall] = []
 
@@ -262,9 +267,9 @@ class ToolCallParser:
             case _State.BARE:
                 body = buf.strip()
                 if _NAME_KEY.search(body):
-                    self._emit(salvage_calls(body), calls)
+                    self._emit(salvage_calls(body.removesuffix(FENCE)), calls)
                 else:
-                    text = buf
+                    text = self._fence + buf
         return Parsed(text, tuple(calls))
 
     # ------------------------------------------------------------ internals
@@ -276,9 +281,14 @@ class ToolCallParser:
             stripped = buf.lstrip()
             if not stripped:
                 return False
-            if stripped[0] in "{[":
+            if stripped[0] == "`":
+                fenced = self._fence_step(buf, stripped)
+                if fenced is not None:
+                    return fenced
+            if stripped[0] in "{[":  # (a next call in the same fence, if any)
                 self._buf = buf if not self.calls else stripped
                 return self._move(_State.BARE)
+            self._in_fence = False
             if stripped.startswith(OPEN_TAG):
                 self._buf = stripped[len(OPEN_TAG) :]
                 return self._move(_State.TAG)
@@ -308,16 +318,50 @@ class ToolCallParser:
         begin = len(buf) - len(buf.lstrip())
         body = buf[begin:]
         if not _may_be_call(body):
-            return self._move(_State.TEXT)
+            return self._not_a_call()
         end = json_value_end(buf, begin)
         if end is None:
             return False
         calls = calls_in_json(buf[begin:end])
         if calls is None:  # JSON, but not calls: plain text
-            return self._move(_State.TEXT)
+            return self._not_a_call()
         self._emit(calls, out_calls)
         self._buf = buf[end:]
+        self._fence = ""  # a closing fence is dropped (self._in_fence)
         return self._move(_State.START)
+
+    def _fence_step(self, buf: str, stripped: str) -> bool | None:
+        """START on a backtick: a Markdown fence around bare JSON calls (```json ... ```).
+        True/False as :meth:`_step`; None: not a fence of calls (go on as without one)."""
+        if self._in_fence:  # the fence that closes calls just read: dropped
+            if len(stripped) < len(FENCE) and FENCE.startswith(stripped):
+                return False
+            if stripped.startswith(FENCE):
+                self._in_fence = False
+                self._buf = stripped[len(FENCE) :]
+                return True
+            return None
+        if len(stripped) < len(FENCE) and FENCE.startswith(stripped):
+            return False
+        if not stripped.startswith(FENCE):
+            return None
+        newline = stripped.find("\n")
+        if newline < 0:
+            return False if len(stripped) <= 16 else None  # the fence's language tag comes first
+        body = stripped[newline + 1 :].lstrip()
+        if stripped[len(FENCE) : newline].strip().lower() not in FENCE_LANGUAGES:
+            return None
+        if not body:
+            return False
+        if body[0] not in "{[":
+            return None
+        self._fence, self._buf, self._in_fence = buf[: len(buf) - len(body)], body, True
+        return self._move(_State.BARE)
+
+    def _not_a_call(self) -> bool:
+        """BARE that is no call: the held text (and a fence before it) is plain text."""
+        self._buf, self._fence, self._in_fence = self._fence + self._buf, "", False
+        return self._move(_State.TEXT)
 
     def _move(self, state: _State) -> bool:
         self._state = state

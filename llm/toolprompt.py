@@ -51,6 +51,16 @@ def effective_offer(offer: ToolOffer | None) -> ToolOffer | None:
     names = [t.name for t in offer.tools]
     if len(set(names)) != len(names):
         raise EngineError(f"two tools share a name: {names}", retryable=False)
+    for tool in offer.tools:
+        try:
+            schema = json.loads(tool.parameters_json)
+        except ValueError:
+            schema = None
+        if not isinstance(schema, dict):
+            bad = tool.parameters_json[:100]
+            raise EngineError(
+                f"tool {tool.name}: parameters must be a JSON schema object, got {bad!r}", retryable=False
+            )
     if offer.function is not None:
         if offer.function not in names:
             known = ", ".join(names) or "none"
@@ -73,7 +83,8 @@ def forced(offer: ToolOffer) -> bool:
 
 
 def parameters(tool: ToolSpec) -> dict[str, Any]:
-    """A tool's arguments schema as an object (a broken one counts as "any object")."""
+    """A tool's arguments schema as an object (a broken one, which :func:`effective_offer`
+    refuses, counts as "any object")."""
     try:
         value = json.loads(tool.parameters_json)
     except ValueError:

@@ -91,6 +91,18 @@ CASES = [
         "",
         [("f", '{"s": "a } ] </tool_call> b"}')],
     ),
+    # a Markdown fence around bare calls is dropped (one call or several, text after it)
+    (f"```json\n{WEATHER}\n```", "", [("get_weather", '{"city": "Paris"}')]),
+    (
+        f"```\n{WEATHER}\n{TIME}\n```\nDone.",
+        "Done.",
+        [("get_weather", '{"city": "Paris"}'), ("get_time", '{"zone": "CET"}')],
+    ),
+    # ... but a fence of anything else is text
+    ("```python\nprint(1)\n```", "```python\nprint(1)\n```", []),
+    ('```json\n{"answer": 42}\n```', '```json\n{"answer": 42}\n```', []),
+    ("```\nnot json\n```", "```\nnot json\n```", []),
+    ("`code` here", "`code` here", []),
     # JSON or brackets that are not calls are text
     ('{"answer": 42}', '{"answer": 42}', []),
     ("[laughs] Sure!", "[laughs] Sure!", []),
@@ -169,6 +181,7 @@ MALFORMED = [
     ("<tool_call>garbage</tool_call>", [("", "garbage")]),
     ("<tool_call></tool_call>", [("", "")]),
     ("<tool_call>\n", [("", "")]),
+    ('```json\n{"name": "f", "arguments": {"x": 1}\n```', [("f", '{"x": 1}')]),
     ('<tool_call>{"name": "f"</tool_c', [("f", "{}")]),
 ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pytest
 
@@ -67,8 +68,13 @@ def check_arguments(call: ToolCall, spec: ToolSpec) -> dict[str, object]:
 
 async def test_named_tool_choice_yields_one_call_with_schema_arguments(vllm_engine: LLM) -> None:
     offer = ToolOffer((WEATHER, TIME), function="get_weather")
-    text, calls, deltas = await collect(vllm_engine, ASK, offer, "named")
-    print(f"\nnamed: {calls}")
+    for run in ("first", "again"):  # the first compiles the grammar; then xgrammar's cache
+        start = time.monotonic()
+        text, calls, deltas = await collect(vllm_engine, ASK, offer, "named")
+        print(f"\nnamed ({run}): {1000 * (time.monotonic() - start):.0f} ms, {calls}")
+    start = time.monotonic()
+    await collect(vllm_engine, ASK, None, "plain")
+    print(f"the same prompt, no tools: {1000 * (time.monotonic() - start):.0f} ms")
     assert text == ""
     assert len(calls) == 1
     assert calls[0].name == "get_weather"
@@ -153,3 +159,29 @@ async def test_a_prefill_of_a_history_with_tool_calls_warms(vllm_engine: LLM) ->
     result = await vllm_engine.prefill(history, request_id("prefill"))
     assert result.outcome == "warmed", result.error
     assert result.prompt_tokens > 0
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        '{"type":"object","properties":{"x":{"$ref":"#/nowhere"}}}',
+        '{"type":"object","properties":{"x":{"type":"no-such-type"}}}',
+        '{"type":"object","properties":{"x":{"type":"string","pattern":"(("}}}',
+        '"not an object"',
+    ],
+)
+async def test_a_broken_schema_is_a_clear_error_or_held_and_the_engine_lives(
+    vllm_engine: LLM, schema: str
+) -> None:
+    broken = ToolSpec("f", "A function with a broken schema.", schema)
+    try:
+        _, calls, _ = await collect(vllm_engine, ASK, ToolOffer((broken,), function="f"), "broken")
+    except EngineError as exc:
+        print(f"\nbroken schema {schema}: {exc}")
+        assert not exc.retryable
+    else:
+        print(f"\nbroken schema {schema}: {calls}")
+        assert [c.name for c in calls] == ["f"]
+    assert vllm_engine.health().ok
+    text, _, _ = await collect(vllm_engine, [ChatMessage("user", "Say hello.")], None, "alive")
+    assert text.strip()

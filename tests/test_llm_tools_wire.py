@@ -63,6 +63,8 @@ def test_effective_offer() -> None:
         (ToolOffer((WEATHER,), function="nope"), "not one of the tools"),
         (ToolOffer((), ToolMode.REQUIRED), "no tools"),
         (ToolOffer((WEATHER, WEATHER)), "share a name"),
+        (ToolOffer((ToolSpec("f", "", '"a string"'),)), "must be a JSON schema object"),
+        (ToolOffer((ToolSpec("f", "", "{broken"),), function="f"), "must be a JSON schema object"),
     ]:
         with pytest.raises(EngineError, match=message) as info:
             effective_offer(bad)
