@@ -41,6 +41,7 @@ it) is salvaged, never raised: its name if one is written (else ``""``) and its
 arguments *as written*, so the caller can report them (``json.loads`` fails). Blank
 text between and after calls is dropped.
 
+The JSON scanning and the salvage of broken calls live in :mod:`llm.calljson`.
 :class:`NamedCallStream` is the same interface for a request forced to call one
 function (structured outputs make the whole reply the arguments JSON): its text is
 streamed as that call's arguments. :class:`ToolCallCollector` joins the deltas of a
@@ -51,22 +52,26 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from llm.base import ToolCall, ToolCallDelta
+from llm.calljson import (
+    CLOSE_TAG,
+    NAME_KEY,
+    calls_in_json,
+    close_tag_at,
+    json_value_end,
+    may_be_call,
+    salvage_calls,
+)
 
 OPEN_TAG: Final = "<tool_call>"
-CLOSE_TAG: Final = "</tool_call>"
 FENCE: Final = "```"
 #: the language tags of a Markdown fence that may hold bare JSON calls
 FENCE_LANGUAGES: Final = frozenset({"", "json", "tool_call", "tool_code"})
-
-_NAME_KEY = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-_ARGS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
 
 
 def new_call_id() -> str:
@@ -100,124 +105,6 @@ class _State(enum.Enum):
     TEXT = "text"
     TAG = "tag"  # inside <tool_call> ... </tool_call>
     BARE = "bare"  # a JSON value that may be a call
-
-
-def json_value_end(text: str, start: int) -> int | None:
-    """End (exclusive) of the JSON object/array/string beginning at ``text[start]``, or None
-    if it has not closed yet. Brackets inside strings are skipped; the value is not checked."""
-    depth = 0
-    in_string = False
-    escaped = False
-    for i in range(start, len(text)):
-        c = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-                if depth == 0:
-                    return i + 1
-        elif c == '"':
-            in_string = True
-        elif c in "{[":
-            depth += 1
-        elif c in "}]":
-            depth -= 1
-            if depth <= 0:
-                return i + 1
-    return None
-
-
-def _may_be_call(text: str) -> bool:
-    """Could ``text`` (starting with ``{`` or ``[``) still become a call or a list of calls?"""
-    rest = text[1:].lstrip()
-    if not rest:
-        return True
-    if text[0] == "[":
-        return rest[0] == "{" and _may_be_call(rest)
-    return rest[0] == '"'
-
-
-def _arguments_text(value: object) -> str:
-    if value is None:
-        return "{}"
-    if isinstance(value, str):
-        return value  # the OpenAI form: the arguments' JSON as a string
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _call_parts(value: object) -> tuple[str, str] | None:
-    """(name, arguments JSON) of a parsed call object, None if it is not one."""
-    if not isinstance(value, dict):
-        return None
-    inner = value.get("function")
-    if isinstance(inner, dict) and "name" in inner:
-        value = inner
-    name = value.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    if not set(value) <= {"name", "arguments", "parameters", "id", "type"}:
-        return None
-    args = value.get("arguments", value.get("parameters"))
-    return name, _arguments_text(args)
-
-
-def calls_in_json(text: str) -> list[tuple[str, str]] | None:
-    """The calls of a complete JSON text (one call object or a list of them), None if it
-    is not valid JSON or not calls."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    items = value if isinstance(value, list) else [value]
-    parts = [_call_parts(item) for item in items]
-    if not items or any(p is None for p in parts):
-        return None
-    return [p for p in parts if p is not None]
-
-
-def salvage_calls(text: str) -> list[tuple[str, str]]:
-    """The calls of text that is not valid JSON: each ``"name": "..."`` with the
-    ``"arguments"`` value after it as written (a truncated value as far as it goes).
-    Text with no name at all is one call named ``""`` whose arguments are the text."""
-    found: list[tuple[str, str]] = []
-    pos = 0
-    while (name_match := _NAME_KEY.search(text, pos)) is not None:
-        try:
-            name = json.loads(f'"{name_match.group(1)}"')
-        except ValueError:
-            name = name_match.group(1)
-        pos = name_match.end()
-        args_match = _ARGS_KEY.search(text, pos)
-        following = _NAME_KEY.search(text, pos)
-        if args_match is None or (following is not None and following.start() < args_match.start()):
-            found.append((name, "{}"))
-            continue
-        start = args_match.end()
-        opened = text[start : start + 1] in ("{", "[", '"')
-        end = json_value_end(text, start) if opened else None
-        if end is None and opened:
-            raw = text[start:].rstrip()  # cut short: as far as it was written
-            pos = len(text)
-        elif end is None:  # a bare scalar or junk: up to the next , } or ]
-            stop = re.search(r"[,}\]]", text[start:])
-            raw = text[start : start + stop.start() if stop else len(text)].strip()
-            pos = start + max(len(raw), 1)
-        else:
-            raw = text[start:end]
-            pos = end
-            if raw.startswith('"'):
-                try:
-                    decoded = json.loads(raw)
-                    raw = decoded if isinstance(decoded, str) else raw
-                except ValueError:
-                    pass
-        found.append((name, raw))
-    if not found:
-        found.append(("", text.strip()))
-    return found
 
 
 class ToolCallParser:
@@ -266,7 +153,7 @@ class ToolCallParser:
                 self._emit(self._calls_of(body.strip()), calls)
             case _State.BARE:
                 body = buf.strip()
-                if _NAME_KEY.search(body):
+                if NAME_KEY.search(body):
                     self._emit(salvage_calls(body.removesuffix(FENCE)), calls)
                 else:
                     text = self._fence + buf
@@ -308,7 +195,7 @@ class ToolCallParser:
             self._buf = buf[len(buf) - keep :]
             return False
         if self._state is _State.TAG:
-            at = _close_tag_at(buf)
+            at = close_tag_at(buf)
             if at < 0:
                 return False
             self._emit(self._calls_of(buf[:at].strip()), out_calls)
@@ -317,7 +204,7 @@ class ToolCallParser:
         # BARE
         begin = len(buf) - len(buf.lstrip())
         body = buf[begin:]
-        if not _may_be_call(body):
+        if not may_be_call(body):
             return self._not_a_call()
         end = json_value_end(buf, begin)
         if end is None:
@@ -378,24 +265,6 @@ class ToolCallParser:
             self.calls.append(call)
             out.append(ToolCallDelta(self._index, call.call_id, name, arguments))
             self._index += 1
-
-
-def _close_tag_at(text: str) -> int:
-    """Where ``</tool_call>`` is in ``text``, outside JSON strings (-1: not there)."""
-    in_string = escaped = False
-    for i, c in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c == "<" and text.startswith(CLOSE_TAG, i):
-            return i
-    return -1
 
 
 def _partial_tag_len(text: str, tag: str) -> int:

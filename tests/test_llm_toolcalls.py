@@ -1,4 +1,4 @@
-"""The pure tool-call parser (llm/toolcalls.py): text vs calls in a streamed reply."""
+"""The pure tool-call parser (llm/toolcalls.py, llm/calljson.py): text vs calls in a streamed reply."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ from collections.abc import Callable
 import pytest
 
 from llm.base import ToolCall, ToolCallDelta
+from llm.calljson import json_value_end, salvage_calls
 from llm.toolcalls import (
     NamedCallStream,
     Parsed,
     ToolCallCollector,
     ToolCallParser,
     arguments_object,
-    json_value_end,
     new_call_id,
     parse_tool_calls,
-    salvage_calls,
 )
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
