@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from realtime_sdk import validate_server_event
 from realtime_support import PROFILE, TOOLS_PROFILE
 
@@ -258,6 +260,29 @@ def test_a_malformed_call_completes_as_written_then_an_error_and_the_session_goe
     assert request.messages[-1] == ChatMessage("tool", '{"error": "bad arguments"}', tool_call_id="call_x")
 
 
+def test_a_call_s_last_words_and_interleaved_pieces() -> None:
+    b = bridge(profile=TOOLS_PROFILE, tools=[WEATHER, CLOCK], tool_choice="auto")
+    events, _, _ = respond(b)
+    events += play(
+        b,
+        *streamed(1, 0, "call_a", "get_weather", '{"city": '),
+        *streamed(1, 1, "call_b", "clock", "{"),  # ends call_a's item: call_b is live
+        *streamed(1, 0, "call_a", "get_weather", '"Oslo"}'),  # too late for call_a's item
+        ev.ToolCallDone(1, T, 0, "call_a", "get_weather", '{"city": "Oslo"}'),
+        ev.ToolCallDone(1, T, 1, "call_b", "clock", "{}"),  # "}" was never streamed: sent now
+        ev.ToolCallDone(1, T, 1, "call_b", "clock", "{}"),  # told twice: nothing more
+        *generated(),
+    )
+    checked(events)
+    (error,) = [e.error for e in events if isinstance(e, ErrorOccurred)]
+    assert "call_a" in error.message and "before the rest of its arguments" in error.message
+    a, c = b.conversation.items
+    assert isinstance(a, FunctionCall) and a.arguments == '{"city": '  # what the client was sent
+    assert isinstance(c, FunctionCall) and c.arguments == "{}"
+    deltas = [e.delta for e in events if isinstance(e, FunctionArgumentsDelta) and e.call_id == "call_b"]
+    assert deltas == ["{", "}"]
+
+
 def test_call_error() -> None:
     assert call_error("c", "f", '{"a": 1}', {"f"}) is None
     assert call_error("c", "f", "{}", {"f"}) is None
@@ -391,3 +416,79 @@ def test_a_response_s_own_tools(profile: ServerProfile, choice: Any, refused: bo
         return
     _, request, _ = b.create_response(params)
     assert (request.options.tools is None) == (choice is ToolChoiceMode.NONE)
+
+
+# ---------------------------------------------------------------- any order of the reply's events
+
+_CALL_NAMES = ("get_weather", "clock", "", "nope")
+_ARGS = st.sampled_from(['{"city": "Paris"}', "{", "}", "[1]", "", "null", '"x"', "{}", "\x00", "{" * 40])
+_STEP = st.one_of(
+    st.tuples(st.just("words"), st.sampled_from(["Hm.", "Let me look.", ""])),
+    st.tuples(st.just("piece"), st.integers(0, 2), st.sampled_from(_CALL_NAMES), _ARGS),
+    st.tuples(st.just("done"), st.integers(0, 2), st.sampled_from(_CALL_NAMES), _ARGS),
+)
+_ENDS = ("completed", "limit", "interrupted", "failed", "cancelled")
+
+
+def _reply_events(audio: bool, steps: list[tuple[Any, ...]], end: str) -> list[ev.Event]:
+    out: list[ev.Event] = []
+    for step in steps:
+        match step:
+            case ("words", text):
+                out.append(
+                    ev.ClauseSynthesized(1, T, text, 2400) if audio else ev.AssistantTextStreamed(1, T, text)
+                )
+            case ("piece", index, name, args):
+                out.append(ev.ToolCallStreamed(1, T, index, f"call_{index}", name, args))
+            case ("done", index, name, args):
+                out.append(ev.ToolCallDone(1, T, index, f"call_{index}", name, args))
+    if end in ("completed", "limit"):
+        out.append(ev.ReplyGenerated(1, T, 5, end == "limit"))
+    if end == "failed":
+        out.append(ev.TurnFailed(1, T, "llm", "boom", False))
+    out.append(ev.TurnCompleted(1, T, record(1, interrupted=end in ("interrupted", "cancelled"))))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    audio=st.booleans(),
+    choice=st.sampled_from(["auto", "required"]),
+    steps=st.lists(_STEP, max_size=12),
+    end=st.sampled_from(_ENDS),
+)
+def test_any_order_of_call_events_keeps_the_protocol(
+    audio: bool, choice: str, steps: list[tuple[Any, ...]], end: str
+) -> None:
+    """Whatever the reply streams (words, pieces and ends of calls, in any order, broken or
+    not) and however it ends: events of the SDK's shape, items one after the other, none
+    left in progress, an error per unusable call, and the next response runs."""
+    modality = ["audio"] if audio else ["text"]
+    b = bridge(profile=TOOLS_PROFILE, tools=[WEATHER, CLOCK], tool_choice=choice, output_modalities=modality)
+    events, _, _ = respond(b)
+    events += play(b, *_reply_events(audio, steps, end))
+    checked(events)
+    open_items: list[int] = []
+    indexes: list[int] = []
+    for e in events:
+        if isinstance(e, OutputItemAdded):
+            assert not open_items, "items interleave"
+            open_items.append(e.output_index)
+            indexes.append(e.output_index)
+        elif isinstance(e, OutputItemDone):
+            assert open_items == [e.output_index]
+            open_items.clear()
+    assert indexes == list(range(len(indexes)))
+    (done,) = [e for e in events if isinstance(e, ResponseDone)]
+    after = events[events.index(done) + 1 :]  # (a cut item's truncation, the latency record)
+    kinds = (OutputItemAdded, OutputItemDone, FunctionArgumentsDelta, FunctionArgumentsDone, ErrorOccurred)
+    assert not [e for e in after if isinstance(e, kinds)]
+    assert all(i.status is not ItemStatus.IN_PROGRESS for i in done.response.output)
+    assert all(i.status is not ItemStatus.IN_PROGRESS for i in b.conversation.items)
+    calls = [i for i in done.response.output if isinstance(i, FunctionCall)]
+    assert len({c.call_id for c in calls}) == len(calls)
+    for e in events:
+        if isinstance(e, ErrorOccurred):
+            assert e.error.code is ErrorCode.INVALID_FUNCTION_CALL
+    more, _, _ = respond(b, 2, ResponseParams(tool_choice=ToolChoiceMode.NONE))
+    assert checked(more) == ["response.created"]

@@ -21,7 +21,11 @@ call ends the call before it (parallel calls come one after the other). A call t
 model begins while the response's text or audio message is still open is held, and
 sent whole when the response ends (before its ``response.done``), so items never
 interleave. If the response is cancelled or fails, a held call is dropped, and a
-call being streamed ends ``incomplete`` with the sequencer's other items.
+call being streamed ends ``incomplete`` with the sequencer's other items. Arguments
+a ToolCallDone has beyond what was streamed are sent as one more delta first; pieces
+of a call whose item is already done (an engine interleaving its calls) cannot be
+sent: the item keeps what it was sent, and the error below says so. A repeated
+ToolCallDone is ignored.
 
 A call whose arguments are not a JSON object, or that names a function the response
 did not offer, still completes as written (the conversation keeps the call the model
@@ -46,10 +50,15 @@ from voice_pipeline.realtime.server_events import ErrorOccurred, ServerEvent
 log = logging.getLogger(__name__)
 
 
-def call_error(call_id: str, name: str, arguments: str, offered: Collection[str]) -> ProtocolError | None:
-    """Why the call the model wrote is not usable as written (None: it is)."""
+def call_error(
+    call_id: str, name: str, arguments: str, offered: Collection[str], *, cut: bool = False
+) -> ProtocolError | None:
+    """Why the call the model wrote is not usable as written (None: it is); ``cut``: its
+    item was done before the rest of its arguments came."""
     if name not in offered:
         problem = f"names a function the response did not offer ({quote(name)})"
+    elif cut:
+        problem = "was done before the rest of its arguments came (the engine interleaved calls)"
     else:
         try:
             value = json.loads(arguments)
@@ -108,13 +117,13 @@ class ResponseCalls:
         self._sync_ended()
         return events
 
-    def _end(self, call: _Call) -> list[ServerEvent]:
+    def _end(self, call: _Call, *, cut: bool = False) -> list[ServerEvent]:
         """The call is complete: its item's done events, then its error if it has one."""
         events: list[ServerEvent] = []
         if not call.ended and self._live() is call:
             events += self.seq.close_call()
         call.ended = True
-        error = call_error(call.call_id, call.name, call.arguments, self.offered)
+        error = call_error(call.call_id, call.name, call.arguments, self.offered, cut=cut)
         if error is not None:
             log.warning("%s", error.message)
             events.append(ErrorOccurred(error))
@@ -128,20 +137,21 @@ class ResponseCalls:
         if self.seq.done:
             return []
         self._sync_ended()
+        delta = e.arguments_delta
         call = self._calls.get(e.index)
         if call is None:
-            call = self._calls[e.index] = _Call(e.call_id, e.name)
-            call.arguments = e.arguments_delta
+            call = self._calls[e.index] = _Call(e.call_id, e.name, delta)
             if not self._can_stream():
                 return []  # held: a message item is open
-            events = self._start(call)
-            return events + (self.seq.arguments(e.arguments_delta) if e.arguments_delta else [])
-        call.arguments += e.arguments_delta
-        if call.item_id is not None and not call.ended and e.arguments_delta:
-            return self.seq.arguments(e.arguments_delta)
-        if call.ended:  # a piece after its item ended (the engine interleaved calls)
+            return self._start(call) + (self.seq.arguments(delta) if delta else [])
+        if call.item_id is None:  # held
+            call.arguments += delta
+            return []
+        if call.ended or call.done:  # its item is done (the engine interleaved calls)
             log.warning("call %s: a piece after its item was done is not sent", call.call_id)
-        return []
+            return []
+        call.arguments += delta
+        return self.seq.arguments(delta) if delta else []
 
     def done(self, e: ev.ToolCallDone) -> list[ServerEvent]:
         """A call is complete (the reply's ToolCallDone, its whole arguments)."""
@@ -149,14 +159,24 @@ class ResponseCalls:
             return []
         self._sync_ended()
         call = self._calls.get(e.index)
+        if call is not None and call.done:
+            return []  # told twice
         if call is None:
             call = self._calls[e.index] = _Call(e.call_id, e.name)
-        call.name, call.arguments, call.done = e.name or call.name, e.arguments, True
-        if call.item_id is None:
+        call.done = True
+        if call.item_id is None:  # not sent yet: sent whole, as it is now
+            call.name, call.arguments = e.name or call.name, e.arguments
             if not self._can_stream():
                 return []  # held until the response ends
             return self._send_whole(call)
-        return self._end(call)
+        if call.ended:  # its item was done early (a message began, or the next call)
+            return self._end(call, cut=e.arguments != call.arguments)
+        events: list[ServerEvent] = []
+        if e.arguments != call.arguments and e.arguments.startswith(call.arguments):
+            rest = e.arguments[len(call.arguments) :]  # what was never streamed
+            call.arguments = e.arguments
+            events += self.seq.arguments(rest)
+        return events + self._end(call)
 
     def _send_whole(self, call: _Call) -> list[ServerEvent]:
         events = self._start(call)
