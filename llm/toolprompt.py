@@ -241,7 +241,11 @@ def plan_request(
     :class:`EngineError`: the model could not choose to call a tool it was never shown."""
     offer = effective_offer(offer)
     if offer is None:
-        return ToolPlan(template_messages(messages, supports_tools))
+        # An answer with no tools offered (the round after a call): the calls and results as
+        # plain text, even for a template that renders them. Qwen2.5-Coder-0.5B, given its
+        # own tool rendering, echoed the call's JSON instead of answering; given plain text,
+        # it answered in a sentence with the result's value (measured 2026-12-02, 2 of 2).
+        return ToolPlan(template_messages(messages, False))
     if not forced(offer):
         if not supports_tools:
             raise EngineError(

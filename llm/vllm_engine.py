@@ -358,7 +358,7 @@ class VLLMEngine:
         prompt, a final user message left open (HF's ``continue_final_message``)."""
         if not messages:
             raise EngineError("a prefill needs at least one message", retryable=False)
-        conversation = template_messages(messages, self.supports_tools)
+        conversation = template_messages(messages, False)  # as a request offering no tools renders it
         text = self._tokenizer.apply_chat_template(
             conversation,
             add_generation_prompt=False,

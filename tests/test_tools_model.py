@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from llm.base import LLM, ChatMessage
+from llm.base import LLM, ChatMessage, ToolMode, ToolOffer, ToolSpec
+from llm.toolcalls import ToolCallCollector, arguments_object
 from voice_pipeline import tools_model
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, Config, LLMConfig, ModelsConfig
 from voice_pipeline.errors import ModelError
@@ -124,49 +125,44 @@ def test_the_prepared_folder_is_the_checked_upstream_model(config: Config, tools
 
 # ------------------------------------------------------------------ the real model calls the tool
 
-
-def _calls(text: str) -> list[dict[str, Any]]:
-    """Function calls in a reply, loosely: Hermes ``<tool_call>{...}</tool_call>`` blocks, or
-    bare JSON objects with a ``name`` (what this model writes)."""
-    decoder = json.JSONDecoder()
-    calls = []
-    i = text.find("{")
-    while i != -1:
-        try:
-            value, end = decoder.raw_decode(text, i)
-        except ValueError:
-            i = text.find("{", i + 1)
-            continue
-        if isinstance(value, dict) and isinstance(value.get("name"), str):
-            calls.append(value)
-        i = text.find("{", end)
-    return calls
-
-
-def test_calls_are_found_tagged_or_bare() -> None:
-    tagged = '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>'
-    bare = '```json\n{"name": "g", "arguments": {"city": "Oslo"}}\n```'
-    assert [c["name"] for c in _calls(tagged + bare)] == ["f", "g"]
-    assert _calls("It is sunny {not json}.") == []
+WEATHER = ToolSpec(
+    "get_weather",
+    "Get the current weather in a city.",
+    json.dumps(WEATHER_TOOL["function"]["parameters"], separators=(",", ":")),
+)
 
 
 @pytest.mark.real_models
-async def test_offered_get_weather_it_calls_it_with_the_city(tools_llm: LLM, tools_model_dir: Path) -> None:
-    system = tools_model.tools_system_message(tools_model_dir, DEFAULT_SYSTEM_PROMPT, [WEATHER_TOOL])
-    assert '"name": "get_weather"' in system and "<tool_call>" in system
+async def test_offered_get_weather_with_auto_it_calls_it_and_answers_with_the_result(tools_llm: LLM) -> None:
+    """``tool_choice: auto`` through VLLMEngine.stream: the chat template renders the tool, the
+    parser (llm.toolcalls) finds the model's call (bare JSON or tagged), and with the call and its
+    result in the history (tools no longer offered) the model answers with the tool's value."""
     messages = [
-        ChatMessage("system", system),
+        ChatMessage("system", DEFAULT_SYSTEM_PROMPT),
         ChatMessage("user", "What's the weather like in Paris right now?"),
     ]
+    collector = ToolCallCollector()
     text = ""
-    async for delta in tools_llm.stream(messages, "tools-model-weather"):
+    async for delta in tools_llm.stream(messages, "tools-model-auto", ToolOffer((WEATHER,), ToolMode.AUTO)):
         text += delta.text
-    calls = _calls(text)
-    assert calls, f"no function call in {text!r}"
-    call = calls[0]
-    assert call["name"] == "get_weather", text
-    arguments = call.get("arguments", call.get("parameters"))
-    if isinstance(arguments, str):
-        arguments = json.loads(arguments)
-    assert isinstance(arguments, dict) and "paris" in str(arguments.get("city", "")).lower(), text
-    print(f"tool model wrote: {text!r}")
+        collector.add_all(delta.tool_calls)
+    calls = collector.calls()
+    print(f"tool model: text {text!r}, calls {calls}")
+    assert calls, f"no function call (text {text!r})"
+    assert calls[0].name == "get_weather" and calls[0].call_id
+    arguments = arguments_object(calls[0].arguments)
+    assert arguments is not None and "paris" in str(arguments.get("city", "")).lower(), calls
+
+    follow_up = [
+        *messages,
+        ChatMessage("assistant", "", tool_calls=(calls[0],)),
+        ChatMessage("tool", '{"temperature_c": 17, "sky": "sunny"}', tool_call_id=calls[0].call_id),
+    ]
+    answer = ""
+    async for delta in tools_llm.stream(
+        follow_up, "tools-model-answer", ToolOffer((WEATHER,), ToolMode.NONE)
+    ):
+        answer += delta.text
+        assert not delta.tool_calls
+    print(f"tool model answered: {answer!r}")
+    assert "17" in answer and not answer.lstrip().startswith(("{", "[", "<")), answer  # words, not JSON
