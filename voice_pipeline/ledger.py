@@ -131,6 +131,8 @@ TOOL_PATH: tuple[Stage, ...] = (
     *CRITICAL_PATH[4:],
 )
 TOOL_STAGES: tuple[Stage, ...] = (*TOOL_PATH, TOTAL, BARGE_IN_STOP)
+#: every stage a turn may have (each budget is in ``ready``; the session's summary)
+ALL_STAGES: tuple[Stage, ...] = (*STAGES, *TOOL_PATH[3:6])
 
 
 def stages_of(marks: dict[Mark, int]) -> tuple[Stage, ...]:
@@ -376,7 +378,7 @@ class SessionLedger:
 
     def summary(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
-        for stage in (*STAGES, *TOOL_PATH[3:6]):
+        for stage in ALL_STAGES:
             agg = self.stages.get(stage.name)
             if agg is not None and agg.n:
                 out[stage.name] = {
