@@ -4,6 +4,7 @@ the history, and the ledger's stages of a turn with a tool (they add up)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -12,10 +13,11 @@ from typing import Literal
 import pytest
 
 from llm.base import ChatMessage, ToolCall, ToolMode, ToolOffer, ToolSpec
-from voice_pipeline.config import BudgetConfig, load_config
+from voice_pipeline.config import BudgetConfig, Config, load_config
 from voice_pipeline.errors import ConfigError
 from voice_pipeline.history import History, remember
 from voice_pipeline.ledger import CRITICAL_PATH, STAGES, TOOL_PATH, TOTAL, Mark, TurnLedger, stages_of
+from voice_pipeline.preflight import check_tools
 from voice_pipeline.records import Span, StageName
 from voice_pipeline.tools.loop import CANCELLED, STILL_RUNNING, CallState, ToolOutcome, ToolRound, next_offer
 from voice_pipeline.tools.registry import load_tool, load_tools
@@ -251,3 +253,26 @@ def test_tool_compute_span_counts_in_the_critical_path() -> None:
     rec = led.finish(user_text="q", assistant_text="a", heard_text="a", interrupted=False, audio_heard_s=1)
     assert rec.compute_ms[Span.TOOL] == 950.0 and rec.compute_ms[Span.LLM_ANSWER] == 250.0
     assert rec.as_dict()["stages_ms"]["tool"] == 950.0
+
+
+def _model(tmp_path: Path, template: str) -> Path:
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    return tmp_path
+
+
+def test_preflight_loads_the_tools_and_refuses_auto_without_a_tool_model(tmp_path: Path) -> None:
+    cfg = _tools_config("tool_fixtures:get_weather", choice="auto")
+    plain = _model(tmp_path, "{% for m in messages %}{{ m.content }}{% endfor %}")
+    with pytest.raises(ConfigError, match=r"tool_choice: required .* or use a model that can call tools"):
+        check_tools(cfg, plain)
+    check_tools(_tools_config("tool_fixtures:get_weather", choice="required"), plain)  # any model
+    check_tools(cfg, _model(tmp_path, "{% if tools %}{{ tools | tojson }}{% endif %}"))
+    with pytest.raises(ConfigError, match="'tool_fixtures:untyped'"):
+        check_tools(_tools_config("tool_fixtures:untyped", choice="required"), None)
+
+
+def _tools_config(*tools: str, choice: str) -> Config:
+    cfg = Config()
+    return dataclasses.replace(
+        cfg, dialogue=dataclasses.replace(cfg.dialogue, tools=tools, tool_choice=choice)
+    )
