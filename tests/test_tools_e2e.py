@@ -60,7 +60,9 @@ async def test_a_tool_s_value_is_spoken_on_ws(engines: Engines, config: Config, 
     arguments = json.loads(calls[0]["arguments"])  # valid JSON, held to the schema
     assert isinstance(arguments.get("city"), str)
     results = [m for m in client.of("tool.result") if m["turn_id"] == turn]
-    assert [(r["call_id"], r["output"], r["error"]) for r in results] == [(calls[0]["call_id"], WEATHER, None)]
+    assert [(r["call_id"], r["output"], r["error"]) for r in results] == [
+        (calls[0]["call_id"], WEATHER, None)
+    ]
 
     record = latency["record"]
     pcm = np.concatenate([f.pcm for f in client.audio if f.header["turn_id"] == turn])

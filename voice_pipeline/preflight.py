@@ -13,6 +13,7 @@ the listen still fails cleanly where the server starts.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def check_tools(cfg: Config, llm_dir: Path | None) -> None:
     load_tools(d.tools)
     if d.tool_choice != "auto" or llm_dir is None or cfg.llm.engine != "vllm":
         return
-    if "tools" not in chat_template(llm_dir):
+    if re.search(r"\btools\b", chat_template(llm_dir)) is None:  # as llm.toolprompt decides
         raise ConfigError(
             f"dialogue.tool_choice: 'auto' lets the model choose to call a tool, but {llm_dir.name} "
             "cannot call tools (its chat template has no tools). Either set dialogue.tool_choice: "

@@ -280,7 +280,13 @@ class Reply:
         try:
             for n in range(box.max_rounds + 1 if box is not None else 1):
                 calls, text = await self._round(messages, offer, out, prefetched if n == 0 else None, n)
-                if box is None or not calls or offer is None or offer.mode is ToolMode.NONE:
+                if (
+                    box is None
+                    or not calls
+                    or offer is None
+                    or offer.mode is ToolMode.NONE
+                    or self.token_limit
+                ):
                     break
                 messages += await self._run_tools(box, box.new_round(calls, text), out)
                 offer = next_offer(offer, n + 1, box.max_rounds)
