@@ -303,3 +303,36 @@ async def _session_turn(cancel: bool | None) -> None:
 @pytest.mark.parametrize("cancel", [None, True, False])
 async def test_session_history_keeps_calls_and_results(cancel: bool | None) -> None:
     await _session_turn(cancel)
+
+
+@pytest.mark.parametrize(("name", "args", "why"), [
+    ("hangs", "{}", "hangs: timed out after 0.05 s"),
+    ("broken", '{"x": 1}', "broken: the tool failed: RuntimeError: no luck with 1"),
+])  # fmt: skip
+async def test_a_tool_that_times_out_or_raises_gets_the_apology(name: str, args: str, why: str) -> None:
+    """Not a made-up answer: a small model told only the error may invent the value."""
+    cfg = no_continuation(base_config())
+    d = dataclasses.replace(cfg.dialogue, tools=(f"tool_fixtures:{name}",), tool_choice="required")
+    llm = ToolLLM([(name, args)])
+    h = make_harness(dataclasses.replace(cfg, dialogue=d), Fakes(llm=llm))
+    try:
+        await h.driver.speak(0.5)
+        await h.driver.quiet_until(lambda: h.transport.record(1) is not None)
+        (failed,) = h.transport.of(ev.TurnFailed, 1)
+        assert (failed.stage, failed.message, failed.retryable) == ("tool", f"tool call failed: {why}", True)
+        assert h.fakes.tts.texts == [cfg.dialogue.apology]  # the apology, and no answer
+        assert len(llm.requests) == 1  # the LLM is not asked to answer from the error
+        assert h.record(1).failed == "tool"
+        assert [(r.error or "").split(":")[0] for r in h.transport.of(ev.ToolResult)] == [why.split(": ")[1]]
+    finally:
+        await h.session.aclose()
+
+
+async def test_a_model_s_bad_arguments_go_back_to_it() -> None:
+    """The model's own mistake is not a failed turn: it is told, and answers."""
+    llm = ToolLLM([("get_weather", '{"town": "Paris"}')])
+    events: list[ev.Event] = []
+    reply, _ = _reply(llm, _cfg("tool_fixtures:get_weather", tool_choice="required"), Scope(), events)
+    await reply.run(QUESTION)
+    assert reply.failed_stage is None and len(llm.requests) == 2
+    assert "malformed arguments" in reply.text and "'city' is missing" in reply.text

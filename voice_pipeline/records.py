@@ -59,6 +59,7 @@ class FailedStage(enum.StrEnum):
     ASR = "asr"
     LLM = "llm"
     TTS = "tts"
+    TOOL = "tool"  # every server-side call of a round raised or timed out
     REPLY = "reply"  # the reply failed outside a model (a bug)
 
 

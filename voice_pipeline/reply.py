@@ -45,6 +45,7 @@ from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
 from voice_pipeline.config import Config, TTSConfig
 from voice_pipeline.engines import Engines
+from voice_pipeline.errors import EngineError
 from voice_pipeline.heard import SpokenClause, heard_text
 from voice_pipeline.ledger import Mark
 from voice_pipeline.records import FailedStage, Span
@@ -288,7 +289,10 @@ class Reply:
                     or self.token_limit
                 ):
                     break
-                messages += await self._run_tools(box, box.new_round(calls, text), out)
+                messages += await self._run_tools(box, rnd := box.new_round(calls, text), out)
+                if (why := rnd.failed()) is not None:  # the apology, not a made-up answer
+                    self.failed_stage = FailedStage.TOOL
+                    raise EngineError(f"tool call failed: {why}", retryable=True)
                 offer = next_offer(offer, n + 1, box.max_rounds)
         except Exception as exc:
             # the clauses already queued are still spoken; run() raises this afterwards

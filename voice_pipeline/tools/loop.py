@@ -34,6 +34,21 @@ CANCELLED = "cancelled: the user interrupted before it finished"
 STILL_RUNNING = "still running: the user interrupted; its result replaces this when it finishes"
 
 
+class Failure(enum.StrEnum):
+    """Why a call that ended gave no real output."""
+
+    ARGUMENTS = "arguments"  # the model's arguments: not JSON, or not matching the schema
+    NO_TOOL = "no_tool"  # the model named a tool there is not
+    RAISED = "raised"  # the tool raised
+    TIMEOUT = "timeout"  # the tool took longer than its timeout
+
+
+#: the failures that are the tool's, not the model's: a round whose every call failed so
+#: is a failed turn (the apology is spoken; a small model told only the error may make
+#: up the value it could not look up). The model's own mistakes go back to it.
+TOOL_FAILURES = (Failure.RAISED, Failure.TIMEOUT)
+
+
 class CallState(enum.StrEnum):
     RUNNING = "running"
     DONE = "done"  # it returned, failed or timed out: ``ToolOutcome`` says which
@@ -48,10 +63,11 @@ class ToolOutcome:
     output: str
     #: None: the tool ran and returned; else why not (``ToolResult.error``)
     error: str | None = None
+    failure: Failure | None = None
 
 
-def error_outcome(message: str) -> ToolOutcome:
-    return ToolOutcome(json.dumps({"error": message}), message)
+def error_outcome(message: str, failure: Failure) -> ToolOutcome:
+    return ToolOutcome(json.dumps({"error": message}), message, failure)
 
 
 def output_text(value: Any) -> str:
@@ -111,6 +127,15 @@ class ToolRound:
                 else:
                     self.states[i] = CallState.DETACHED
         return cancelled
+
+    def failed(self) -> str | None:
+        """Why the round failed, if every call failed by the tool's own fault (else None)."""
+        outcomes = [o for o in self.outcomes if o is not None]
+        if not self.calls or len(outcomes) < len(self.calls):
+            return None
+        if any(o.failure not in TOOL_FAILURES for o in outcomes):
+            return None
+        return "; ".join(f"{c.name}: {o.error}" for c, o in zip(self.calls, outcomes, strict=True))
 
     @property
     def settled(self) -> bool:

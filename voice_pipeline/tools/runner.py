@@ -27,7 +27,7 @@ from typing import Any
 from llm.base import ToolCall, ToolOffer
 from voice_pipeline import events as ev
 from voice_pipeline.dialogue_config import DialogueConfig
-from voice_pipeline.tools.loop import CANCELLED, ToolOutcome, ToolRound, error_outcome, output_text
+from voice_pipeline.tools.loop import CANCELLED, Failure, ToolOutcome, ToolRound, error_outcome, output_text
 from voice_pipeline.tools.registry import Tool, ToolRegistry, load_tools
 from voice_pipeline.tools.schema import check_arguments
 
@@ -75,11 +75,11 @@ async def execute(call: ToolCall, tool: Tool | None, timeout_s: float, names: st
     """Run one call; every failure is an outcome the LLM is told, never an exception
     (but cancellation, which is re-raised)."""
     if tool is None:
-        return error_outcome(f"there is no tool named {call.name!r} (the tools: {names})")
+        return error_outcome(f"there is no tool named {call.name!r} (the tools: {names})", Failure.NO_TOOL)
     try:
         kwargs = check_arguments(call.arguments, tool.parameters)
     except ValueError as exc:
-        return error_outcome(f"malformed arguments: {exc}")
+        return error_outcome(f"malformed arguments: {exc}", Failure.ARGUMENTS)
     limit = tool.timeout_s or timeout_s
     try:
         async with asyncio.timeout(limit):
@@ -88,10 +88,10 @@ async def execute(call: ToolCall, tool: Tool | None, timeout_s: float, names: st
             else:
                 value = await asyncio.to_thread(tool.fn, **kwargs)
     except TimeoutError:
-        return error_outcome(f"timed out after {limit:g} s")
+        return error_outcome(f"timed out after {limit:g} s", Failure.TIMEOUT)
     except Exception as exc:  # the tool's own failure: the LLM is told, the session goes on
         log.warning("tool %s failed", call.name, exc_info=True)
-        return error_outcome(f"the tool failed: {type(exc).__name__}: {exc}")
+        return error_outcome(f"the tool failed: {type(exc).__name__}: {exc}", Failure.RAISED)
     return ToolOutcome(output_text(value))
 
 
