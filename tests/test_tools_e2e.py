@@ -7,6 +7,7 @@ and its result, and the turn's record shows the tool's own time on the voice-to-
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import json
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tool_fixtures
 from servers import running_server, ws_url
 from speech import espeak, normalize
 from tool_fixtures import WEATHER
@@ -23,6 +25,7 @@ from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import TOOL_PATH
+from voice_pipeline.tools.loop import CANCELLED
 
 pytestmark = pytest.mark.real_models
 
@@ -75,3 +78,56 @@ async def test_a_tool_s_value_is_spoken_on_ws(engines: Engines, config: Config, 
     total = sum(stages[s.name] for s in TOOL_PATH)
     assert abs(total - stages["voice_to_voice"]) < 1.0  # the stages still add up (rounded to 0.1 ms)
     assert record["critical_path"]["compute_ms"]["tool"] >= 0
+
+
+#: long, so that the user's interruption lands while it plays (the tool is held meanwhile)
+LONG_FILLER = "One moment please, I am looking that up for you right now, it will only take a few seconds."
+
+
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancelled", "finishes"])
+async def test_barge_in_during_a_tool(engines: Engines, config: Config, cancel: bool) -> None:
+    """The tool is held; its filler plays; the user speaks over it. A cancellable call is
+    cancelled and says so; a call that must finish still reports its result afterwards."""
+    if "tools" not in inspect.signature(engines.llm.stream).parameters:
+        pytest.skip("the LLM engine does not take tools yet (issue #19 part 1)")
+    tool_fixtures.gate = asyncio.Event()
+    tool_fixtures.booked.clear()
+    name = "slow_lookup" if cancel else "finish_booking"
+    question = "Where is my order number five?" if cancel else "Book a table for Ann please."
+    d = dataclasses.replace(
+        config.dialogue, tools=(f"tool_fixtures:{name}",), tool_choice="required",
+        tool_filler_after_ms=300, tool_filler_text=LONG_FILLER,
+    )  # fmt: skip
+    try:
+        async with (
+            running_server(engines, dataclasses.replace(config, dialogue=d)) as srv,
+            voice_client(ws_url(srv)) as client,
+        ):
+            await client.start(output_sample_rate=16000, reports=True)
+            client.start_microphone()
+            client.say(espeak(question))
+            call = await client.wait_for(lambda m: m["type"] == "tool.call", 240)
+            turn = call["turn_id"]
+            assert call["name"] == name
+            await client.wait_for(lambda m: m["type"] == "assistant.audio" and m["turn_id"] == turn, 60)
+            client.say(espeak("Stop, never mind, forget it."))
+            await client.wait_for(lambda m: m["type"] == "reply.interrupted" and m["turn_id"] == turn, 60)
+            latency = await client.wait_for(
+                lambda m: m["type"] == "turn.latency" and m["turn_id"] == turn, 60
+            )
+            assert latency["record"]["interrupted"]
+            if cancel:
+                result = await client.wait_for(
+                    lambda m: m["type"] == "tool.result" and m["turn_id"] == turn, 30
+                )
+                assert result["call_id"] == call["call_id"] and result["error"] == CANCELLED
+            else:
+                assert not [m for m in client.of("tool.result") if m["turn_id"] == turn]  # still running
+                tool_fixtures.gate.set()  # the tool finishes after its turn
+                result = await client.wait_for(
+                    lambda m: m["type"] == "tool.result" and m["turn_id"] == turn, 30
+                )
+                assert result["call_id"] == call["call_id"] and result["error"] is None
+                assert result["output"].startswith("booked for") and tool_fixtures.booked
+    finally:
+        tool_fixtures.gate.set()
