@@ -19,6 +19,7 @@ from voice_pipeline.history import History, remember
 from voice_pipeline.ledger import CRITICAL_PATH, STAGES, TOOL_PATH, TOTAL, Mark, TurnLedger, stages_of
 from voice_pipeline.preflight import check_tools
 from voice_pipeline.records import Span, StageName
+from voice_pipeline.report import format_turn
 from voice_pipeline.tools.loop import CANCELLED, STILL_RUNNING, CallState, ToolOutcome, ToolRound, next_offer
 from voice_pipeline.tools.registry import load_tool, load_tools
 from voice_pipeline.tools.schema import SchemaError, check_arguments, describe, function_schema
@@ -276,3 +277,13 @@ def _tools_config(*tools: str, choice: str) -> Config:
     return dataclasses.replace(
         cfg, dialogue=dataclasses.replace(cfg.dialogue, tools=tools, tool_choice=choice)
     )
+
+
+def test_run_s_report_shows_the_tool_stages() -> None:
+    stages = {"endpointing": 300, "asr_final": 1, "llm_first_token": 300, "tool_call": 1300, "tool": 2,
+              "tool_answer": 200, "tts_first_audio": 160, "transport": 2, "voice_to_voice": 2265}  # fmt: skip
+    text = format_turn(
+        {"turn_id": 1, "user_text": "q", "assistant_text": "a", "stages_ms": stages}, BudgetConfig()
+    )
+    rows = [line.split()[0] for line in text.splitlines()[4:] if not line.strip().startswith("-")]
+    assert rows == [*(s.name for s in TOOL_PATH), "voice_to_voice"]
