@@ -33,8 +33,9 @@ QUESTION = [ChatMessage("system", "Be brief."), ChatMessage("user", "What is the
 
 
 class ToolLLM(FakeLLM):
-    """Calls ``calls`` (name, JSON arguments) when offered tools it may call, and else
-    answers with the tool messages it was given ("Here it is: ...")."""
+    """Calls ``calls`` (name, JSON arguments; ``{n}`` in them: the request's number) when
+    offered tools it may call, and else answers with the tool messages it was given
+    ("Here it is: ...")."""
 
     def __init__(self, calls: Sequence[tuple[str, str]]) -> None:
         super().__init__()
@@ -54,7 +55,8 @@ class ToolLLM(FakeLLM):
 
     async def _call(self, request_id: str) -> AsyncGenerator[LLMDelta, None]:
         self.started.append(request_id)
-        for i, (name, args) in enumerate(self.calls):  # each call in two pieces, like vLLM
+        for i, (name, pattern) in enumerate(self.calls):
+            args = pattern.replace("{n}", str(len(self.offers)))  # each call in two pieces, like vLLM
             yield LLMDelta("", 1, 12, 0, 1.0, tool_calls=(ToolCallDelta(i, f"call_{i}", name, args[:4]),))
             yield LLMDelta("", 1, tool_calls=(ToolCallDelta(i, None, None, args[4:]),))
         self.finished.append(request_id)
@@ -240,12 +242,33 @@ async def test_a_sync_tool_runs_in_a_worker_thread_and_auto_rounds_are_capped() 
     """With ``auto`` a model that calls on every round is cut at ``tool_max_rounds``: the
     round after the last one is offered no call (words only)."""
     tool_fixtures.thread_calls.clear()
-    llm = ToolLLM([("in_thread", '{"word": "hi"}')])
+    llm = ToolLLM([("in_thread", '{"word": "hi{n}"}')])
     reply, _ = _reply(llm, _cfg("tool_fixtures:in_thread", tool_max_rounds=3), Scope(), [])
     await reply.run(QUESTION)
     assert [o.mode if o else None for o in llm.offers] == [ToolMode.AUTO] * 3 + [ToolMode.NONE]
-    assert reply.text == "Here it is: HI and HI and HI"
+    assert reply.text == "Here it is: HI1 and HI2 and HI3"
     assert [m.role for m in reply.tool_messages()] == ["assistant", "tool"] * 3
+
+
+async def test_a_model_that_repeats_its_call_is_asked_for_words() -> None:
+    """Qwen2.5-Coder-0.5B calls again with the same arguments instead of answering."""
+    llm = ToolLLM([("get_weather", '{"city": "Paris"}')])
+    reply, _ = _reply(llm, _cfg("tool_fixtures:get_weather", tool_max_rounds=3), Scope(), [])
+    await reply.run(QUESTION)
+    assert [o.mode if o else None for o in llm.offers] == [ToolMode.AUTO, ToolMode.AUTO, ToolMode.NONE]
+    assert len(reply.tool_rounds) == 2
+
+
+async def test_each_request_has_the_token_limit() -> None:
+    """The calls' tokens do not use up the answer's: ``llm.max_tokens`` caps each request."""
+    llm = ToolLLM([("get_weather", '{"city": "Paris"}')])
+    cfg = _cfg("tool_fixtures:get_weather", tool_choice="required")
+    reply, _ = _reply(
+        llm, dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, max_tokens=3)), Scope(), []
+    )
+    await reply.run(QUESTION)
+    assert reply.text == "Here it is:"  # 3 tokens of the answer, after the 2 of the call
+    assert reply.token_limit and reply.llm_tokens == 5
     assert tool_fixtures.thread_calls and tool_fixtures.thread_calls[0] != "MainThread"
 
 

@@ -20,7 +20,15 @@ from voice_pipeline.ledger import CRITICAL_PATH, STAGES, TOOL_PATH, TOTAL, Mark,
 from voice_pipeline.preflight import check_tools
 from voice_pipeline.records import Span, StageName
 from voice_pipeline.report import format_turn
-from voice_pipeline.tools.loop import CANCELLED, STILL_RUNNING, CallState, ToolOutcome, ToolRound, next_offer
+from voice_pipeline.tools.loop import (
+    CANCELLED,
+    STILL_RUNNING,
+    CallState,
+    ToolOutcome,
+    ToolRound,
+    next_offer,
+    repeats,
+)
 from voice_pipeline.tools.registry import load_tool, load_tools
 from voice_pipeline.tools.schema import SchemaError, check_arguments, describe, function_schema
 
@@ -171,6 +179,11 @@ def test_follow_up_offers() -> None:
     auto = ToolOffer(tools, ToolMode.AUTO)
     assert next_offer(auto, 1, 3) == auto
     assert next_offer(auto, 3, 3) == none  # the last round is words only
+    assert next_offer(auto, 1, 3, repeated=True) == none  # it called again instead of answering
+    first = ToolRound((ToolCall("a", "f", '{"x": 1}'),), (True,))
+    assert repeats((ToolCall("b", "f", '{"x":  1}'),), [first])  # the same call, other spacing
+    assert not repeats((ToolCall("b", "f", '{"x": 2}'),), [first])
+    assert not repeats((), [first])
 
 
 CALLS = (ToolCall("c1", "a", "{}"), ToolCall("c2", "b", "{}"), ToolCall("c3", "c", "{}"))

@@ -21,7 +21,8 @@ exactly like the reply's own words. They are never part of the reply's text
 
 :class:`ReplyOptions` say how one reply is given: spoken (the default) or as text only
 (no TTS: the LLM's text is the reply, shown at once), and its token limit (a reply
-that reaches it stops there; ``llm.max_tokens`` caps every reply). The transport is
+that reaches it stops there; ``llm.max_tokens`` caps every reply -- with server-side
+tools, each of its LLM requests). The transport is
 told each step: :class:`~voice_pipeline.events.ReplyStarted`, the text as it streams,
 each clause before its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
 :class:`~voice_pipeline.events.ReplyGenerated` once everything is generated and sent.
@@ -53,7 +54,7 @@ from voice_pipeline.speaker import ReplySpeaker
 from voice_pipeline.speculation import HeldAudio, PrefetchedStream
 from voice_pipeline.steering import ReplyOptions, ReplyRequest
 from voice_pipeline.tools.calls import CallAssembler
-from voice_pipeline.tools.loop import ToolRound, exchange, next_offer
+from voice_pipeline.tools.loop import ToolRound, exchange, next_offer, repeats
 from voice_pipeline.tools.runner import RoundRunner, ToolBox
 from voice_pipeline.transport import Transport
 
@@ -289,11 +290,12 @@ class Reply:
                     or self.token_limit
                 ):
                     break
+                repeated = repeats(calls, self.tool_rounds)
                 messages += await self._run_tools(box, rnd := box.new_round(calls, text), out)
                 if (why := rnd.failed()) is not None:  # the apology, not a made-up answer
                     self.failed_stage = FailedStage.TOOL
                     raise EngineError(f"tool call failed: {why}", retryable=True)
-                offer = next_offer(offer, n + 1, box.max_rounds)
+                offer = next_offer(offer, n + 1, box.max_rounds, repeated=repeated)
         except Exception as exc:
             # the clauses already queued are still spoken; run() raises this afterwards
             self.failed_stage = self.failed_stage or FailedStage.LLM
@@ -314,6 +316,7 @@ class Reply:
         cap = self._deps.max_tokens
         limit = cap if self.options.max_tokens is None else min(cap, self.options.max_tokens)
         speak, text, span = self.options.speak, "", Span.LLM if n == 0 else Span.LLM_ANSWER
+        tokens = 0  # the limit is each request's: the calls' tokens do not starve the answer
         if prefetched is not None:
             stream = prefetched.stream()  # its owner aborts the request
             llm_start = prefetched.started_ns or self._clock()
@@ -332,7 +335,8 @@ class Reply:
                     continue  # figures only
                 self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
                 self.llm_tokens += delta.num_tokens
-                if self.llm_tokens >= limit:
+                tokens += delta.num_tokens
+                if tokens >= limit:
                     self.token_limit = True  # stops here: closing the stream aborts the request
                 for p in map(calls.push, delta.tool_calls):
                     self._transport.emit(

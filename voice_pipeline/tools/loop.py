@@ -80,11 +80,19 @@ def output_text(value: Any) -> str:
         return str(value)
 
 
-def next_offer(offer: ToolOffer, rounds_done: int, max_rounds: int) -> ToolOffer:
-    """The offer of the round after ``rounds_done`` rounds that called tools."""
-    if offer.mode is ToolMode.REQUIRED or offer.function is not None or rounds_done >= max_rounds:
+def next_offer(offer: ToolOffer, rounds_done: int, max_rounds: int, *, repeated: bool = False) -> ToolOffer:
+    """The offer of the round after ``rounds_done`` rounds that called tools (``repeated``:
+    the last round only made calls the reply had made already -- a model that calls again
+    instead of answering, as Qwen2.5-Coder-0.5B does -- so it gets words only)."""
+    if offer.mode is ToolMode.REQUIRED or offer.function is not None or rounds_done >= max_rounds or repeated:
         return ToolOffer(offer.tools, ToolMode.NONE)
     return offer
+
+
+def repeats(calls: Sequence[ToolCall], rounds: Sequence[ToolRound]) -> bool:
+    """Every one of ``calls`` was made before in ``rounds`` (same name, same arguments)."""
+    made = {(c.name, " ".join(c.arguments.split())) for r in rounds for c in r.calls}
+    return bool(calls) and all((c.name, " ".join(c.arguments.split())) in made for c in calls)
 
 
 @dataclass(slots=True)
