@@ -131,3 +131,29 @@ async def test_barge_in_during_a_tool(engines: Engines, config: Config, cancel: 
                 assert result["output"].startswith("booked for") and tool_fixtures.booked
     finally:
         tool_fixtures.gate.set()
+
+
+@pytest.mark.parametrize("name", ["hangs", "broken"])
+async def test_a_tool_that_times_out_or_raises_gets_the_apology(
+    engines: Engines, config: Config, whisper: Any, name: str
+) -> None:
+    if "tools" not in inspect.signature(engines.llm.stream).parameters:
+        pytest.skip("the LLM engine does not take tools yet (issue #19 part 1)")
+    d = dataclasses.replace(config.dialogue, tools=(f"tool_fixtures:{name}",), tool_choice="required")
+    async with (
+        running_server(engines, dataclasses.replace(config, dialogue=d)) as srv,
+        voice_client(ws_url(srv)) as client,
+    ):
+        await client.start(output_sample_rate=OUT_RATE)
+        client.start_microphone()
+        client.say(espeak(QUESTION))
+        latency = await client.wait_for(lambda m: m["type"] == "turn.latency", 240)
+    turn = latency["turn_id"]
+    (failed,) = [m for m in client.of("turn.failed") if m["turn_id"] == turn]
+    assert failed["stage"] == "tool" and failed["message"].startswith(f"tool call failed: {name}: ")
+    (result,) = [m for m in client.of("tool.result") if m["turn_id"] == turn]
+    assert result["error"] is not None
+    pcm = np.concatenate([f.pcm for f in client.audio if f.header["turn_id"] == turn])
+    heard = normalize(whisper.transcribe(resample(to_float32(pcm), OUT_RATE, 16000)).text)
+    assert "sorry" in heard, heard  # dialogue.apology, not a made-up temperature
+    assert latency["record"]["failed"] == "tool"
