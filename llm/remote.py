@@ -42,7 +42,17 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOutcome, PrefillResult
+from llm.base import (
+    ChatMessage,
+    HealthTracker,
+    LLMDelta,
+    LLMHealth,
+    PrefillOutcome,
+    PrefillResult,
+    ToolCallDelta,
+    ToolOffer,
+)
+from llm.toolprompt import effective_offer, openai_messages, openai_tool_choice, openai_tools
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import ClosedError, ConfigError, EngineError
 from voice_pipeline.telemetry.context import llm_headers
@@ -67,6 +77,8 @@ class SSEChunk:
     #: ``--enable-prompt-tokens-details``), if the server said
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    #: ``choices[0].delta.tool_calls``: function calls being streamed
+    tool_calls: tuple[ToolCallDelta, ...] = ()
 
 
 class SSEDone:
@@ -102,14 +114,39 @@ def parse_sse_line(line: str) -> SSEChunk | SSEDone | None:
         raise EngineError(f"the LLM server failed the request: {message}", retryable=retryable)
     text = ""
     finish_reason = None
+    calls: tuple[ToolCallDelta, ...] = ()
     choices = data.get("choices") or []
     if choices and isinstance(choices[0], dict):
         delta = choices[0].get("delta") or {}
         text = delta.get("content") or ""
         finish_reason = choices[0].get("finish_reason")
+        calls = _tool_call_deltas(delta.get("tool_calls"))
     usage = data.get("usage")
     tokens, prompt, cached = _usage(usage)
-    return SSEChunk(text, tokens, finish_reason, prompt, cached)
+    return SSEChunk(text, tokens, finish_reason, prompt, cached, calls)
+
+
+def _tool_call_deltas(value: object) -> tuple[ToolCallDelta, ...]:
+    """``delta.tool_calls`` of a chunk (entries that are not objects are skipped)."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for position, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            continue
+        index = entry.get("index")
+        function = entry.get("function")
+        function = function if isinstance(function, dict) else {}
+        call_id, name, arguments = entry.get("id"), function.get("name"), function.get("arguments")
+        out.append(
+            ToolCallDelta(
+                index if isinstance(index, int) and not isinstance(index, bool) else position,
+                call_id if isinstance(call_id, str) else None,
+                name if isinstance(name, str) else None,
+                arguments if isinstance(arguments, str) else "",
+            )
+        )
+    return tuple(out)
 
 
 def _usage(usage: object) -> tuple[int | None, int | None, int | None]:
@@ -151,12 +188,18 @@ class RemoteVLLM:
     # ------------------------------------------------------------ interface
 
     async def stream(
-        self, messages: Sequence[ChatMessage], request_id: str
+        self, messages: Sequence[ChatMessage], request_id: str, tools: ToolOffer | None = None
     ) -> AsyncGenerator[LLMDelta, None]:
-        """Yield the reply's new text chunk by chunk; closing it closes the HTTP stream."""
+        """Yield the reply's new text chunk by chunk; closing it closes the HTTP stream.
+
+        ``tools`` go as the OpenAI ``tools`` and ``tool_choice``; the server streams the
+        calls (``delta.tool_calls``). ``auto`` needs a server started with
+        ``--enable-auto-tool-choice --tool-call-parser ...`` (see :mod:`llm.vllm_tool_parser`),
+        or it answers 400 (a non-retryable error)."""
         import httpx
 
         self._require_open()
+        offer = effective_offer(tools)
         url = f"{self._base}/chat/completions"
         wait_s = self._health.wait_s(time.monotonic_ns())
         if wait_s > 0:  # backing off: fail fast, count nothing
@@ -172,15 +215,17 @@ class RemoteVLLM:
         self._aborted.discard(request_id)
         self._streams[request_id] = None  # counted as open while connecting
         try:
-            body = {
+            body: dict[str, Any] = {
                 "model": await self._model_name(),
-                "messages": [{"role": m.role, "content": m.content} for m in messages],
+                "messages": openai_messages(messages),
                 "stream": True,
                 "stream_options": {"include_usage": True, "continuous_usage_stats": True},
                 "max_tokens": self._cfg.max_tokens,
                 "temperature": self._cfg.temperature,
                 "top_p": self._cfg.top_p,
             }
+            if offer is not None:
+                body.update(tools=openai_tools(offer.tools), tool_choice=openai_tool_choice(offer))
             if request_id in self._aborted:
                 return  # aborted while the model name was looked up
             async with self._client.stream(
@@ -204,7 +249,7 @@ class RemoteVLLM:
                         num, counted = event.completion_tokens - counted, event.completion_tokens
                     else:
                         num = 1 if event.text else 0
-                    if event.text or num > 0:
+                    if event.text or num > 0 or event.tool_calls:
                         if not answered:
                             answered = True
                             self._health.succeeded()
@@ -214,15 +259,18 @@ class RemoteVLLM:
                                 prompt_tokens=event.prompt_tokens,
                                 cached_tokens=event.cached_tokens,
                                 prefill_ms=(time.monotonic_ns() - sent_ns) / 1e6,
+                                tool_calls=event.tool_calls,
                             )
                             yield first
                         else:
-                            yield LLMDelta(event.text, num)
+                            yield LLMDelta(event.text, num, tool_calls=event.tool_calls)
                     elif answered and event.cached_tokens is not None and first.cached_tokens is None:
                         # vLLM streams the cached count only in its final usage chunk: say it
                         # then, on a delta with no text and no tokens (see LLMDelta)
                         cached = event.cached_tokens
-                        yield dataclasses.replace(first, text="", num_tokens=0, cached_tokens=cached)
+                        yield dataclasses.replace(
+                            first, text="", num_tokens=0, cached_tokens=cached, tool_calls=()
+                        )
             if not complete and request_id not in self._aborted and not self._closed:
                 raise EngineError(f"LLM server at {url}: the stream ended before [DONE]", retryable=True)
         except (httpx.HTTPError, httpx.StreamError) as exc:
@@ -262,7 +310,7 @@ class RemoteVLLM:
         try:
             body = {
                 "model": await self._model_name(),
-                "messages": [{"role": m.role, "content": m.content} for m in messages],
+                "messages": openai_messages(messages),
                 "max_tokens": 1,
                 "temperature": 0.0,
                 "add_generation_prompt": False,

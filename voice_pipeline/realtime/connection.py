@@ -48,7 +48,7 @@ from voice_pipeline.config import Config
 from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
 from voice_pipeline.edge.outbound import Outbound, bound_send_buffer
 from voice_pipeline.engines import Engines
-from voice_pipeline.models import LLM_DIR
+from voice_pipeline.models import LLM_DIR, llm_dir
 from voice_pipeline.realtime import client_events as ce
 from voice_pipeline.realtime.bridge import OUTPUT_RATE_HZ, RealtimeBridge, Steering
 from voice_pipeline.realtime.errors import ErrorCode, ErrorType, ProtocolError, RealtimeClientError
@@ -82,7 +82,7 @@ def server_profile(cfg: Config) -> ServerProfile:
     if cfg.llm.engine == "remote":
         model = cfg.llm.remote_model or "remote"
     else:
-        folder = Path(cfg.llm.model_path) if cfg.llm.model_path else cfg.models.resolved_cache_dir() / LLM_DIR
+        folder = llm_dir(cfg)  # llm.model_path, else the prepared folder of llm.model
         model = DEFAULT_MODEL_NAME if folder.name == LLM_DIR else folder.name
         tools = chat_template_supports_tools(_chat_template(folder))
     voice = piper_voice_name(cfg.tts.voice_path or "en_US-joe-medium.onnx")

@@ -21,9 +21,7 @@ import enum
 from dataclasses import dataclass, replace
 
 from voice_pipeline.errors import RemoteProtocolError
-
-#: longest excerpt of a client's value quoted back in an error message
-_QUOTE_CHARS = 60
+from voice_pipeline.errors import quote as quote  # the realtime modules quote values with it
 
 
 class ErrorType(enum.StrEnum):
@@ -105,12 +103,3 @@ class RealtimeClientError(RemoteProtocolError):
 def refuse(code: ErrorCode, message: str, param: str | None = None) -> RealtimeClientError:
     """The exception to raise for a refused client event (``raise refuse(...)``)."""
     return RealtimeClientError(ProtocolError(code, message, param))
-
-
-def quote(value: object) -> str:
-    """``repr(value)``, cut short: an error never echoes a megabyte back to the client."""
-    try:
-        text = repr(value)
-    except RecursionError:  # nested deeper than repr goes
-        text = type(value).__name__
-    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 3] + "..."

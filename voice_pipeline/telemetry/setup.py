@@ -18,7 +18,9 @@ def model_name(cfg: Config) -> str:
     """What ``gen_ai.request.model`` says: the remote model asked for, else the model folder's name."""
     if cfg.llm.engine == "remote" and cfg.llm.remote_model:
         return cfg.llm.remote_model
-    return Path(cfg.llm.model_path).name if cfg.llm.model_path else "smollm2-135m-instruct"
+    if cfg.llm.model_path:
+        return Path(cfg.llm.model_path).name
+    return "smollm2-135m-instruct" if cfg.llm.model == "smollm2" else cfg.llm.model
 
 
 def start_telemetry(cfg: Config, environ: Mapping[str, str] | None = None) -> Telemetry | None:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from voice_pipeline.errors import RemoteProtocolError
+from voice_pipeline.errors import quote as _quote
 
 ENCODING = "audio/x-mulaw"
 RATE_HZ = 8000
 FRAME_BYTES = 160  # 20 ms of 8 kHz µ-law
 MAX_PAYLOAD_BYTES = 8000  # one second of audio in one media message is already abnormal
-_QUOTE_CHARS = 60  # longest excerpt of the caller's value quoted in an error
 
 
 class TwilioMessageError(RemoteProtocolError):
@@ -73,14 +73,6 @@ class StreamStopped:
 
 
 TwilioEvent = Connected | StreamStarted | MediaReceived | DtmfReceived | MarkPlayed | StreamStopped
-
-
-def _quote(value: object) -> str:
-    try:
-        text = repr(value)
-    except RecursionError:  # nested deeper than repr goes
-        text = type(value).__name__
-    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 3] + "..."
 
 
 def _obj(msg: dict[str, Any], key: str) -> dict[str, Any]:

@@ -20,13 +20,13 @@ from numpy.typing import NDArray
 
 from voice_pipeline.audio import to_int16
 from voice_pipeline.errors import RemoteProtocolError
+from voice_pipeline.errors import quote as _quote
 from voice_pipeline.wire.codec import PROTOCOL_VERSION, Json, Message, loads
 
 MIN_RATE_HZ = 8000
 MAX_RATE_HZ = 48000
 
 #: longest excerpt of a client's value quoted back in an error message
-_QUOTE_CHARS = 60
 
 
 class ErrorCode(enum.StrEnum):
@@ -121,15 +121,6 @@ KNOWN_TYPES = (Start.TYPE, Playback.TYPE, *_BARE)
 def pcm16_frame(samples: NDArray[np.float32]) -> bytes:
     """Microphone audio (float32 in [-1, 1]) as one binary frame: PCM16 little-endian."""
     return to_int16(samples).astype("<i2").tobytes()
-
-
-def _quote(value: object) -> str:
-    """``repr(value)``, cut short: an error never echoes a megabyte back to the client."""
-    try:
-        text = repr(value)
-    except RecursionError:  # nested deeper than repr goes
-        text = type(value).__name__
-    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 3] + "..."
 
 
 def _int_field(msg: Json, name: str, default: int | None = None) -> int:
