@@ -13,7 +13,6 @@ the listen still fails cleanly where the server starts.
 from __future__ import annotations
 
 import json
-import re
 import socket
 from pathlib import Path
 
@@ -87,6 +86,7 @@ def check_tools(cfg: Config, llm_dir: Path | None) -> None:
     """``dialogue.tools`` load (ConfigError naming the entry), and with ``tool_choice: auto``
     the in-process model's chat template renders tools (``llm_dir``: its folder; a remote
     server is asked nothing here: it refuses a request it cannot serve)."""
+    from llm.toolprompt import chat_template_supports_tools
     from voice_pipeline.tools.registry import load_tools
 
     d = cfg.dialogue
@@ -95,7 +95,7 @@ def check_tools(cfg: Config, llm_dir: Path | None) -> None:
     load_tools(d.tools)
     if d.tool_choice != "auto" or llm_dir is None or cfg.llm.engine != "vllm":
         return
-    if re.search(r"\btools\b", chat_template(llm_dir)) is None:  # as llm.toolprompt decides
+    if not chat_template_supports_tools(chat_template(llm_dir)):  # as the engine decides
         raise ConfigError(
             f"dialogue.tool_choice: 'auto' lets the model choose to call a tool, but {llm_dir.name} "
             "cannot call tools (its chat template has no tools). Either set dialogue.tool_choice: "
