@@ -51,10 +51,14 @@ async def finish_booking(name: str) -> str:
 
 
 @tool(timeout_s=0.05)
-async def hangs() -> str:
-    """Never returns (its own timeout stops it)."""
+async def hangs(city: str) -> str:
+    """Get the weather in a city (never returns: its own timeout stops it).
+
+    Args:
+        city: the city's name
+    """
     await asyncio.Event().wait()
-    return "never"
+    return f"never in {city}"
 
 
 def broken(x: int) -> str:
