@@ -21,6 +21,7 @@ from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import BudgetConfig, Config
 from voice_pipeline.engines import Engines
+from voice_pipeline.errors import EngineError
 from voice_pipeline.history import History
 from voice_pipeline.ledger import Mark, TurnLedger
 from voice_pipeline.records import StageName
@@ -359,3 +360,18 @@ async def test_a_model_s_bad_arguments_go_back_to_it() -> None:
     await reply.run(QUESTION)
     assert reply.failed_stage is None and len(llm.requests) == 2
     assert "malformed arguments" in reply.text and "'city' is missing" in reply.text
+
+
+async def test_a_required_round_with_no_call_and_no_words_is_a_failure() -> None:
+    """Not a silent turn: the LLM stage failed (the session speaks the apology)."""
+
+    class Mute(ToolLLM):
+        async def _call(self, request_id: str) -> AsyncGenerator[LLMDelta, None]:
+            yield LLMDelta("", 96)  # ran to its token limit inside the grammar, no call
+
+    reply, _ = _reply(
+        Mute([("get_weather", "{}")]), _cfg("tool_fixtures:get_weather", tool_choice="required"), Scope(), []
+    )
+    with pytest.raises(EngineError, match="made no tool call"):
+        await reply.run(QUESTION)
+    assert reply.failed_stage == "llm"

@@ -282,6 +282,8 @@ class Reply:
         try:
             for n in range(box.max_rounds + 1 if box is not None else 1):
                 calls, text = await self._round(messages, offer, out, prefetched if n == 0 else None, n)
+                if box is not None and offer is not None and offer.mode is ToolMode.REQUIRED and not calls:
+                    raise EngineError("the LLM made no tool call (tool_choice required)", retryable=True)
                 if (
                     box is None
                     or not calls
