@@ -17,6 +17,8 @@ from voice_pipeline.wire.server_messages import (
     ErrorReported,
     ReplyInterrupted,
     ServerMessage,
+    ToolCalled,
+    ToolReturned,
     TranscriptFinal,
     TranscriptPartial,
     TurnContinued,
@@ -29,6 +31,7 @@ LATENCY_STAGES: tuple[tuple[str, str], ...] = (
     ("endpoint", "endpointing"),
     ("asr", "asr_final"),
     ("llm first token", "llm_first_token"),
+    ("tool", "tool"),  # only in a turn whose tool ran before its first words
     ("tts first audio", "tts_first_audio"),
     ("total", "voice_to_voice"),
 )
@@ -68,6 +71,8 @@ def latency_line(record: TurnRecord, budgets: dict[str, float], *, colour: bool)
     parts = []
     for label, name in LATENCY_STAGES:
         ms = record.stages_ms.get(StageName(name))
+        if ms is None and name == StageName.TOOL:
+            continue
         if ms is None:
             parts.append(f"{label} -")
             continue
@@ -108,6 +113,11 @@ class TurnView:
             case TurnLatency(turn_id=turn, record=record):
                 out = self._finish_reply(turn, "")
                 return [*out, Line(latency_line(record, self.budgets, colour=self.colour))]
+            case ToolCalled(name=name, arguments=arguments):
+                return [Line(f"  -> tool {name}({_short(arguments)})")]
+            case ToolReturned(name=name, output=output, error=error):
+                said = f"failed: {error}" if error is not None else _short(output)
+                return [Line(f"  <- tool {name}: {said}")]
             case TurnFailed(stage=stage, message=message):
                 return [Line(f"turn failed in {stage}: {message}")]
             case ErrorReported(code=code, message=message):
@@ -119,3 +129,9 @@ class TurnView:
         if text is None:
             return []
         return [Line(f"assistant: {text.strip()}{suffix}")]
+
+
+def _short(text: str, limit: int = 100) -> str:
+    """One line of at most ``limit`` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

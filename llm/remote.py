@@ -52,7 +52,7 @@ from llm.base import (
     ToolCallDelta,
     ToolOffer,
 )
-from llm.toolprompt import effective_offer, openai_messages, openai_tool_choice, openai_tools
+from llm.toolprompt import as_plain_text, effective_offer, openai_messages, openai_tool_choice, openai_tools
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import ClosedError, ConfigError, EngineError
 from voice_pipeline.telemetry.context import llm_headers
@@ -217,7 +217,9 @@ class RemoteVLLM:
         try:
             body: dict[str, Any] = {
                 "model": await self._model_name(),
-                "messages": openai_messages(messages),
+                # an answer with no tools offered: earlier calls and results as plain text, as
+                # in process (llm.toolprompt.plan_request), which any chat template renders
+                "messages": openai_messages(messages if offer is not None else as_plain_text(messages)),
                 "stream": True,
                 "stream_options": {"include_usage": True, "continuous_usage_stats": True},
                 "max_tokens": self._cfg.max_tokens,
@@ -310,7 +312,7 @@ class RemoteVLLM:
         try:
             body = {
                 "model": await self._model_name(),
-                "messages": openai_messages(messages),
+                "messages": openai_messages(as_plain_text(messages)),
                 "max_tokens": 1,
                 "temperature": 0.0,
                 "add_generation_prompt": False,

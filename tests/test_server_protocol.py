@@ -10,7 +10,7 @@ import pytest
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import STAGES
+from voice_pipeline.ledger import ALL_STAGES
 from voice_pipeline.records import BudgetBreach, TurnRecord, WorkAccount
 from voice_pipeline.server.protocol import (
     Capabilities,
@@ -190,5 +190,5 @@ def test_turn_latency_carries_the_record_relative_to_the_session_start() -> None
 def test_ready_lists_every_stage_budget() -> None:
     msg = ready_message("abc", Start(16000, 24000, Capabilities()), 4096, BudgetConfig())
     assert msg["output_sample_rate"] == 24000 and msg["input_sample_rate"] == 16000
-    assert set(msg["budgets"]) == {s.name for s in STAGES}
+    assert set(msg["budgets"]) == {s.name for s in ALL_STAGES}
     assert msg["budgets"]["voice_to_voice"] == BudgetConfig().voice_to_voice_ms

@@ -67,6 +67,21 @@ def test_turn_view_marks_an_interrupted_reply() -> None:
     ) == [Line("assistant: Once upon [interrupted: explicit interrupt]")]
 
 
+def test_turn_view_shows_tool_calls_and_results_and_the_tool_stage() -> None:
+    view = TurnView({"tool": 1000.0}, colour=False)
+    call = {"type": "tool.call", "turn_id": 2, "call_id": "c1", "name": "get_weather",
+            "arguments": '{"city":\n "Paris"}'}  # fmt: skip
+    assert view.event(from_json(call)) == [Line('  -> tool get_weather({"city": "Paris"})')]
+    result = {"type": "tool.result", "turn_id": 2, "call_id": "c1", "name": "get_weather",
+              "output": "x" * 200, "error": None}  # fmt: skip
+    assert view.event(from_json(result)) == [Line("  <- tool get_weather: " + "x" * 97 + "...")]
+    failed = {**result, "output": '{"error": "timed out after 10 s"}', "error": "timed out after 10 s"}
+    assert view.event(from_json(failed)) == [Line("  <- tool get_weather: failed: timed out after 10 s")]
+    with_tool = dataclasses.replace(RECORD, stages_ms={**RECORD.stages_ms, "tool": 1500.0})
+    assert "| tool 1500 ms (over 1000) |" in latency_line(with_tool, {"tool": 1000.0}, colour=False)
+    assert "tool" not in latency_line(RECORD, BUDGETS, colour=False)  # no tool, no column
+
+
 @pytest.mark.parametrize(("peak", "db"), [(1.0, "0 dB"), (0.001, "-60 dB"), (0.0, "-60 dB")])
 def test_level_meter(peak: float, db: str) -> None:
     meter = level_meter(peak, width=10)

@@ -12,7 +12,7 @@ from vad.end_of_turn import Cue, Rule
 from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import BudgetConfig, load_config
 from voice_pipeline.errors import ConfigError
-from voice_pipeline.ledger import CRITICAL_PATH, Mark, TurnLedger
+from voice_pipeline.ledger import CRITICAL_PATH, TOOL_PATH, Mark, TurnLedger
 from voice_pipeline.records import EndOfTurnRecord, FailedStage, SpeculationRecord, TurnRecord
 from voice_pipeline.telemetry import context
 from voice_pipeline.telemetry.config import TelemetryConfig, resolve
@@ -364,3 +364,12 @@ def test_no_traceparent_outside_a_traced_session() -> None:
     version, trace_id, span_id, flags = header["traceparent"].split("-")
     assert (version, trace_id, flags) == ("00", f"{0xABCDEF:032x}", "01") and len(span_id) == 16
     assert context.llm_headers() == {}  # the session's context did not leak here
+
+
+def test_a_tool_turn_s_spans_follow_the_tool_path() -> None:
+    marks = {**ANSWERED, Mark.TOOL_START: 3150, Mark.TOOL_DONE: 3200}
+    spec = turn_span(record(marks), TurnOptions(BUDGET))
+    assert spec is not None
+    names = [name for name, _, _ in tree(spec) if name in {s.name for s in TOOL_PATH}]
+    assert names == [s.name for s in TOOL_PATH]  # tool_call, tool, tool_answer: no first_clause
+    assert (span(spec, "tool").start_ns // MS, span(spec, "tool").end_ns // MS) == (3150, 3200)

@@ -122,6 +122,18 @@ SERVER: list[tuple[ev.Event | None, sm.KnownMessage, str]] = [
         '{"type":"turn.failed","turn_id":1,"stage":"llm","message":"LLM down","retryable":true}',
     ),
     (
+        ev.ToolCallDone(1, 0, 0, "call_1", "get_weather", '{"city": "Paris"}'),
+        sm.ToolCalled(1, "call_1", "get_weather", '{"city": "Paris"}'),
+        '{"type":"tool.call","turn_id":1,"call_id":"call_1","name":"get_weather",'
+        '"arguments":"{\\"city\\": \\"Paris\\"}"}',
+    ),
+    (
+        ev.ToolResult(1, 0, "call_1", "get_weather", "17 degrees"),
+        sm.ToolReturned(1, "call_1", "get_weather", "17 degrees", None),
+        '{"type":"tool.result","turn_id":1,"call_id":"call_1","name":"get_weather","output":"17 degrees",'
+        '"error":null}',
+    ),
+    (
         None,
         sm.ErrorReported("bad_field", "'played' must be >= 0"),
         '{"type":"error","code":"bad_field","message":"\'played\' must be >= 0"}',
@@ -148,6 +160,7 @@ def test_the_server_builds_ready_from_its_start_and_budgets() -> None:
     msg = ready("abc", cm.Start(8000, 22050), 640, BudgetConfig())
     assert (msg.version, msg.input_rate_hz, msg.output_rate_hz, msg.max_frame_bytes) == (1, 8000, 22050, 640)
     assert msg.budgets_ms["voice_to_voice"] == BudgetConfig().voice_to_voice_ms
+    assert msg.budgets_ms["tool"] == BudgetConfig().tool_ms  # a turn with a tool has its stages
     assert sm.parse_server_message(msg.serialize()) == msg
 
 

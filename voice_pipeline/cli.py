@@ -259,7 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from voice_pipeline.audio import read_audio
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import prepare_models
-    from voice_pipeline.preflight import check_outputs
+    from voice_pipeline.preflight import check_outputs, check_tools
     from voice_pipeline.report import format_summary, format_turn
     from voice_pipeline.runner import EchoPath, run_audio, write_output, write_report
 
@@ -270,6 +270,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     raw, in_rate = read_audio(input_path)  # bad input fails before any model loads
     check_outputs(("--output", args.output), ("--report", args.report))  # ... and unwritable outputs
     paths = prepare_models(cfg, progress=_stderr)
+    check_tools(cfg, paths.llm)  # ... and tools that cannot load or be called
     engines = Engines.load(cfg, paths, _stderr)
     mode = "as fast as possible" if args.fast else "in real time"
     _stderr(f"streaming {input_path} ({len(raw) / in_rate:.1f} s) {mode}")
@@ -343,7 +344,7 @@ def _floors(engines: Engines, paths: ModelPaths) -> dict[str, object] | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from voice_pipeline.engines import Engines
     from voice_pipeline.models import prepare_models
-    from voice_pipeline.preflight import check_ports
+    from voice_pipeline.preflight import check_ports, check_tools
     from voice_pipeline.server.app import VoiceServer, exposure_warnings, is_loopback
     from voice_pipeline.server.endpoints import endpoint_summary
     from voice_pipeline.server.listen import start_listening
@@ -351,6 +352,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = _server_config(args, _config(args))
     check_ports(cfg)  # a port in use fails now, not after loading the models
     paths = prepare_models(cfg, progress=_stderr)
+    check_tools(cfg, paths.llm)  # ... and so do tools that cannot load or be called
     engines = Engines.load(cfg, paths, _stderr)
 
     async def go() -> int:

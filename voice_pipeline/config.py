@@ -16,17 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from voice_pipeline.dialogue_config import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT  # re-exported
+from voice_pipeline.dialogue_config import DialogueConfig as DialogueConfig  # re-exported
+from voice_pipeline.dialogue_config import validate_dialogue
 from voice_pipeline.errors import ConfigError
 from voice_pipeline.telemetry.config import TelemetryConfig
 from voice_pipeline.telephony_config import TelephonyConfig as TelephonyConfig  # re-exported
 from voice_pipeline.telephony_config import check_networks
 from voice_pipeline.telephony_config import validate_telephony as validate_telephony
 from voice_pipeline.typed_yaml import build, read_yaml
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a helpful voice assistant. Answer in one or two short spoken sentences. "
-    "Do not use lists, markdown or emojis."
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,40 +173,6 @@ class LLMConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class DialogueConfig:
-    """What the assistant says and how a reply is started: the conversation's policy, apart
-    from the LLM engine that runs it (``llm``)."""
-
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    #: spoken (and kept out of the history) when the ASR, LLM or TTS fails or stalls during a
-    #: turn; "" = silent (the turn.failed event is sent either way)
-    apology: str = "Sorry, I can't answer that right now."
-    #: each request (system prompt + past turns + the new user message) is cut to about this
-    #: many tokens, and the session keeps no more history than fits: oldest whole turns are
-    #: dropped first; the system prompt and the new user message always stay (tokens are
-    #: estimated, see voice_pipeline.history.estimate_tokens)
-    history_max_tokens: int = 1024
-    #: if the first clause of the reply is not ready this long after the end of the user's
-    #: speech, speak ``filler_text`` first (0 = off); the ledger records it apart
-    #: (``filler_ms``), voice_to_voice still ends at the reply's own first audio
-    filler_after_ms: int = 0
-    filler_text: str = "Hmm, let me think."
-    #: start the LLM on the speculative transcript while the end-of-turn silence runs;
-    #: used if the final transcript is the same, aborted if the user goes on speaking
-    speculative_start: bool = True
-    #: ... and synthesize the speculative reply's first chunk too, held until the endpoint
-    #: (sent at once if the reply is used, dropped unsent if not: voice_pipeline/speculation.py)
-    speculative_audio: bool = True
-    #: speculative replies running at once over all sessions (0 = one per two cores): beyond
-    #: it a pause is not speculated on, so that speculation never starves real replies
-    speculative_limit: int = 0
-    #: while the user speaks, keep the system prompt, the history and the committed words
-    #: in the LLM's prefix cache (one-token prefill requests, llm/prefill.py), so the reply's
-    #: request prefills only its last tokens
-    prefill_ahead: bool = True
-
-
-@dataclass(frozen=True, slots=True)
 class TTSConfig:
     engine: Literal["piper"] = "piper"
     #: Piper .onnx voice (its .onnx.json beside it); None = en_US-joe-medium from its wheel
@@ -275,6 +239,10 @@ class BudgetConfig:
     transport_ms: float = 20.0
     voice_to_voice_ms: float = 800.0
     barge_in_stop_ms: float = 250.0
+    #: a turn whose tools ran before its first clause (ledger.TOOL_PATH)
+    tool_call_ms: float = 400.0
+    tool_ms: float = 1000.0
+    tool_answer_ms: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,9 +414,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm: request_timeout_s must be > 0 and threads >= 0")
     if not 0 < cfg.llm.retry_initial_s <= cfg.llm.retry_max_s:
         raise ConfigError("llm: need 0 < retry_initial_s <= retry_max_s")
-    d = cfg.dialogue
-    if d.history_max_tokens < 64 or d.filler_after_ms < 0 or d.speculative_limit < 0:
-        raise ConfigError("dialogue: need history_max_tokens >= 64, filler_after_ms, speculative_limit >= 0")
+    validate_dialogue(cfg.dialogue)
     if cfg.turn.continuation_max_gap_ms < 0:
         raise ConfigError("turn.continuation_max_gap_ms: must be >= 0 (0 = no cap)")
     if cfg.llm.kv_block_tokens < 0 or cfg.llm.kv_block_tokens % 16:

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from asr.base import ASREngine
 from llm.base import LLM
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from voice_pipeline.telemetry.export import Telemetry
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 def tune(cfg: Config, progress: Callable[[str], None]) -> Tuning:
@@ -53,7 +54,7 @@ class Engines:
         from tts import build_tts
         from vad import build_turn_model, build_vad
 
-        def step(name: str, build: Callable[[], object]) -> object:
+        def step(name: str, build: Callable[[], _T]) -> _T:
             t0 = time.monotonic()
             progress(f"loading {name} ...")
             engine = build()
@@ -75,9 +76,9 @@ class Engines:
             turn = step(f"turn model ({cfg.turn.model})", lambda: build_turn_model(cfg.turn, paths.turn))
         limit = cfg.dialogue.speculative_limit or default_speculation_limit()
         return cls(
-            vad=vad, asr=asr, llm=llm, tts=tts, turn=turn, tuning=tuning,  # type: ignore[arg-type]
+            vad=vad, asr=asr, llm=llm, tts=tts, turn=turn, tuning=tuning,
             speculation=SpeculationBudget(limit), telemetry=telemetry,
-        )
+        )  # fmt: skip
 
     async def warm_up(self, system_prompt: str = "You are a helpful voice assistant.") -> None:
         """One small request through each engine, so the first user turn does not pay

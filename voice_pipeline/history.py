@@ -7,6 +7,10 @@ What enters it (the session decides *when*, :class:`History` decides *what*):
   reply, marked with a trailing "..." (nothing if nothing was heard);
 * a failed turn: kept only if some of the reply's own words were heard; the apology
   and the filler never enter it;
+* a turn whose reply called server-side tools: after the user's message, each round's
+  assistant message with its calls and one ``tool`` message per call (its result; a
+  call cancelled by the interruption says so; a call left to finish says it is still
+  running until :meth:`History.resolve` puts its result there), then what was heard;
 * nothing for an utterance that was only a backchannel, echo or noise spoken over a
   reply, and nothing for the first part of a continued turn (the whole utterance
   becomes one user message when it ends).
@@ -51,7 +55,8 @@ def estimate_tokens(text: str) -> int:
 
 
 def message_tokens(message: ChatMessage) -> int:
-    return estimate_tokens(message.content) + MESSAGE_OVERHEAD_TOKENS
+    calls = sum(estimate_tokens(c.name) + estimate_tokens(c.arguments) for c in message.tool_calls)
+    return estimate_tokens(message.content) + calls + MESSAGE_OVERHEAD_TOKENS
 
 
 def fit_history(
@@ -131,11 +136,32 @@ class History:
         budget = self.max_tokens - message_tokens(self.system) - GENERATION_PROMPT_TOKENS
         return [self.system, *fit_history(self.messages, budget)]
 
-    def remember(self, user_text: str, heard: str, *, cut: bool) -> None:
-        """Add a finished turn: the user's message and what was heard of the reply (``cut``:
-        it was not heard to the end). Then keep the list within the token budget."""
+    def remember(self, user_text: str, heard: str, *, cut: bool, tools: Sequence[ChatMessage] = ()) -> None:
+        """Add a finished turn: the user's message, the reply's tool calls and results
+        (``tools``), and what was heard of the reply (``cut``: it was not heard to the end).
+        Then keep the list within the token budget."""
         self.messages.append(ChatMessage("user", user_text))
+        self.messages.extend(tools)
         if heard:
             self.messages.append(ChatMessage("assistant", heard + (CUT_MARK if cut else "")))
         self.messages = fit_history(self.messages, self.max_tokens - message_tokens(self.system))
         self.version += 1
+
+    def resolve(self, call_id: str, output: str) -> None:
+        """A call that went on after its turn was cut finished: its result replaces the
+        ``tool`` message that said it was still running (nothing if that turn is gone)."""
+        for i, m in enumerate(self.messages):
+            if m.role == "tool" and m.tool_call_id == call_id:
+                self.messages[i] = ChatMessage("tool", output, tool_call_id=call_id)
+                self.version += 1
+
+
+def remember(
+    context: Context, user_text: str, heard: str, *, cut: bool, tools: Sequence[ChatMessage]
+) -> None:
+    """A turn ended: into ``context``, with its tool messages if it keeps them (a History; a
+    realtime conversation holds its own items)."""
+    if isinstance(context, History):
+        context.remember(user_text, heard, cut=cut, tools=tools)
+    else:
+        context.remember(user_text, heard, cut=cut)

@@ -10,6 +10,12 @@ path stages are consecutive intervals between marks, so they add up exactly to
     speech_end -> endpoint -> transcript_final -> llm_first_token
                -> first_clause -> tts_first_audio -> first_audio_sent
 
+A turn whose reply called a server-side tool before its first clause follows
+:data:`TOOL_PATH`: the LLM writes its calls (``tool_call``), the tools run (``tool``),
+the LLM answers with their results (``tool_answer``), which replace ``first_clause``:
+
+    ... -> llm_first_token -> tool_start -> tool_done -> first_clause -> ...
+
 A :class:`SessionLedger` keeps the latest completed turns' records and per-stage
 aggregates over the whole session (bounded however long the session runs).
 
@@ -30,7 +36,9 @@ clock; input times are capture stamps, :meth:`voice_pipeline.inputbuf.InputHisto
     audio_held          reply.Reply._speak         a released speculative reply's first chunk was synthesized
                                                    and held (usually before ``endpoint``)
     first_audio_sent    reply.Reply._speak         it was handed to the transport (not paused)
-    llm_done            reply.Reply._generate      the LLM stream ended
+    llm_done            reply.Reply._generate      the LLM stream ended (its last round)
+    tool_start          reply.Reply._run_tools     the first round of server-side calls starts
+    tool_done           reply.Reply._run_tools     ... and all of its calls are done
     last_audio_sent     reply.Reply._speak         the last clause was handed to the transport
     turn_end            turn.Turn.finish           the reply is over (played, cut or failed)
     barge_in_onset      turn.Turn.pause_reply      onset of the interrupting speech (the barge-in tracker)
@@ -78,6 +86,8 @@ class Mark(enum.StrEnum):
     FIRST_AUDIO_SENT = "first_audio_sent"  # first reply audio handed to the transport
     AUDIO_HELD = "audio_held"  # a released speculative reply's first chunk was synthesized (and held)
     LLM_DONE = "llm_done"
+    TOOL_START = "tool_start"  # the reply's first round of server-side tool calls starts
+    TOOL_DONE = "tool_done"  # ... all its calls returned (or failed, or timed out)
     LAST_AUDIO_SENT = "last_audio_sent"
     TURN_END = "turn_end"
     # barge-in, on the interrupted reply's turn
@@ -112,6 +122,24 @@ TOTAL = Stage(StageName.VOICE_TO_VOICE, Mark.SPEECH_END, Mark.FIRST_AUDIO_SENT, 
 #: interrupting speech onset -> the listener flushed and nothing more sent
 BARGE_IN_STOP = Stage(StageName.BARGE_IN_STOP, Mark.BARGE_IN_ONSET, Mark.FLUSH_SENT, "barge_in_stop_ms")
 STAGES: tuple[Stage, ...] = (*CRITICAL_PATH, TOTAL, BARGE_IN_STOP)
+#: the critical path of a turn whose tools ran before its first clause: consecutive too
+TOOL_PATH: tuple[Stage, ...] = (
+    *CRITICAL_PATH[:3],
+    Stage(StageName.TOOL_CALL, Mark.LLM_FIRST_TOKEN, Mark.TOOL_START, "tool_call_ms"),
+    Stage(StageName.TOOL, Mark.TOOL_START, Mark.TOOL_DONE, "tool_ms"),
+    Stage(StageName.TOOL_ANSWER, Mark.TOOL_DONE, Mark.FIRST_CLAUSE, "tool_answer_ms"),
+    *CRITICAL_PATH[4:],
+)
+TOOL_STAGES: tuple[Stage, ...] = (*TOOL_PATH, TOTAL, BARGE_IN_STOP)
+#: every stage a turn may have (each budget is in ``ready``; the session's summary)
+ALL_STAGES: tuple[Stage, ...] = (*STAGES, *TOOL_PATH[3:6])
+
+
+def stages_of(marks: dict[Mark, int]) -> tuple[Stage, ...]:
+    """The stages of a turn with these marks: :data:`TOOL_PATH`'s if its tools ran before
+    its first clause (then they are on the voice-to-voice path), else :data:`STAGES`."""
+    tool, clause = marks.get(Mark.TOOL_START), marks.get(Mark.FIRST_CLAUSE)
+    return TOOL_STAGES if tool is not None and (clause is None or clause >= tool) else STAGES
 
 
 #: compute spans on the critical path (see :func:`critical_path`): the end-of-turn wait
@@ -191,7 +219,7 @@ class TurnLedger:
             return []
         self._marks[mark] = t_ns
         new: list[BudgetBreach] = []
-        for stage in STAGES:
+        for stage in stages_of(self._marks):
             if stage.end is not mark or stage.start not in self._marks:
                 continue
             ms = (t_ns - self._marks[stage.start]) / 1e6
@@ -242,7 +270,7 @@ class TurnLedger:
     def stages_ms(self) -> dict[StageName, float]:
         """Durations of every stage whose two marks are present."""
         out: dict[StageName, float] = {}
-        for stage in STAGES:
+        for stage in stages_of(self._marks):
             a, b = self._marks.get(stage.start), self._marks.get(stage.end)
             if a is not None and b is not None:
                 out[stage.name] = (b - a) / 1e6
@@ -350,7 +378,7 @@ class SessionLedger:
 
     def summary(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
-        for stage in STAGES:
+        for stage in ALL_STAGES:
             agg = self.stages.get(stage.name)
             if agg is not None and agg.n:
                 out[stage.name] = {

@@ -3,13 +3,16 @@ out whether it could deliver its results at all.
 
 :func:`check_outputs`: ``run`` can write ``--output`` and ``--report`` (else it would
 fail with the run's output lost). :func:`check_ports`: ``serve`` can listen on its
-port and AudioSocket's (else it would say so only after loading the models). Both
-raise a one-line :class:`~voice_pipeline.errors.VoicePipelineError`; a port taken
-between the check and the listen still fails cleanly where the server starts.
+port and AudioSocket's (else it would say so only after loading the models).
+:func:`check_tools`: every ``dialogue.tools`` entry imports and describes itself, and
+``dialogue.tool_choice: auto`` has a model that can call tools. All raise a one-line
+:class:`~voice_pipeline.errors.VoicePipelineError`; a port taken between the check and
+the listen still fails cleanly where the server starts.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -62,3 +65,41 @@ def check_port(host: str, port: int) -> None:
                 sock.bind(address)
             except OSError as exc:
                 raise VoicePipelineError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def chat_template(model_dir: Path) -> str:
+    """The model's chat template text ("" if it has none that can be read)."""
+    jinja = model_dir / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8", errors="replace")
+    try:
+        config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+        return "\n".join(str(t.get("template", "")) for t in template if isinstance(t, dict))
+    return template if isinstance(template, str) else ""
+
+
+def check_tools(cfg: Config, llm_dir: Path | None) -> None:
+    """``dialogue.tools`` load (ConfigError naming the entry), and with ``tool_choice: auto``
+    the in-process model's chat template renders tools (``llm_dir``: its folder; a remote
+    server is asked nothing here: it refuses a request it cannot serve)."""
+    from llm.toolprompt import chat_template_supports_tools
+    from voice_pipeline.tools.registry import load_tools
+
+    d = cfg.dialogue
+    if not d.tools:
+        return
+    load_tools(d.tools)
+    if d.tool_choice != "auto" or llm_dir is None or cfg.llm.engine != "vllm":
+        return
+    if not chat_template_supports_tools(chat_template(llm_dir)):  # as the engine decides
+        raise ConfigError(
+            f"dialogue.tool_choice: 'auto' lets the model choose to call a tool, but {llm_dir.name} "
+            "cannot call tools (its chat template has no tools). Either set dialogue.tool_choice: "
+            "required (every reply's first round calls a tool, held to its schema by structured "
+            "outputs: any model, the default one too), or use a model that can call tools "
+            "(llm.model_path, e.g. a Qwen2.5 Instruct folder)"
+        )

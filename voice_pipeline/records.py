@@ -35,6 +35,11 @@ class StageName(enum.StrEnum):
     TRANSPORT = "transport"
     VOICE_TO_VOICE = "voice_to_voice"
     BARGE_IN_STOP = "barge_in_stop"
+    # a turn whose reply called a server-side tool before its first clause
+    # (voice_pipeline.ledger.TOOL_PATH: they replace first_clause)
+    TOOL_CALL = "tool_call"
+    TOOL = "tool"
+    TOOL_ANSWER = "tool_answer"
 
 
 class Span(enum.StrEnum):
@@ -42,7 +47,9 @@ class Span(enum.StrEnum):
 
     ENDPOINT_WAIT = "endpoint_wait"  # the VAD hangover + the silence the end-of-turn rule required
     ASR_FINAL = "asr_final"  # the final ASR decode that was used
-    LLM = "llm"  # the LLM, from its request to the first clause
+    LLM = "llm"  # the LLM, from its request to the first clause (or to its calls)
+    TOOL = "tool"  # the server-side tools of the reply's first round of calls
+    LLM_ANSWER = "llm_answer"  # the LLM asked again with the tools' results, to the first clause
     TTS = "tts"  # Piper on the first clause
 
 
@@ -52,6 +59,7 @@ class FailedStage(enum.StrEnum):
     ASR = "asr"
     LLM = "llm"
     TTS = "tts"
+    TOOL = "tool"  # every server-side call of a round raised or timed out
     REPLY = "reply"  # the reply failed outside a model (a bug)
 
 

@@ -21,7 +21,8 @@ exactly like the reply's own words. They are never part of the reply's text
 
 :class:`ReplyOptions` say how one reply is given: spoken (the default) or as text only
 (no TTS: the LLM's text is the reply, shown at once), and its token limit (a reply
-that reaches it stops there; ``llm.max_tokens`` caps every reply). The transport is
+that reaches it stops there; ``llm.max_tokens`` caps every reply -- with server-side
+tools, each of its LLM requests). The transport is
 told each step: :class:`~voice_pipeline.events.ReplyStarted`, the text as it streams,
 each clause before its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
 :class:`~voice_pipeline.events.ReplyGenerated` once everything is generated and sent.
@@ -38,19 +39,23 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from llm.base import LLM, ChatMessage, LLMDelta, ToolCall
+from llm.base import LLM, ChatMessage, LLMDelta, ToolCall, ToolMode, ToolOffer
 from tts.base import TTS
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
 from voice_pipeline.config import Config, TTSConfig
 from voice_pipeline.engines import Engines
+from voice_pipeline.errors import EngineError
 from voice_pipeline.heard import SpokenClause, heard_text
 from voice_pipeline.ledger import Mark
 from voice_pipeline.records import FailedStage, Span
+from voice_pipeline.speaker import ReplySpeaker
 from voice_pipeline.speculation import HeldAudio, PrefetchedStream
 from voice_pipeline.steering import ReplyOptions, ReplyRequest
 from voice_pipeline.tools.calls import CallAssembler
+from voice_pipeline.tools.loop import ToolRound, exchange, next_offer, repeats
+from voice_pipeline.tools.runner import RoundRunner, ToolBox
 from voice_pipeline.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -103,99 +108,8 @@ class _Phrase:
 
     text: str
     pcm: NDArray[np.int16]
-
-
-class ReplySpeaker:
-    """Sends one reply's audio to the transport; pauses (flush) and resumes exactly."""
-
-    def __init__(
-        self,
-        turn_id: int,
-        transport: Transport,
-        on_sent: Callable[[NDArray[np.int16]], None],
-        on_cleared: Callable[[], None],
-        *,
-        on_started: Callable[[], None] | None = None,
-        played_base: int = 0,
-    ) -> None:
-        """``on_started``: called when the first audio is added (the reply becomes audible);
-        ``played_base``: samples of ``turn_id`` the listener played before this reply (a
-        reply dropped when the user continued the turn), not counted as this reply's."""
-        self.turn_id = turn_id
-        self._transport = transport
-        self._on_sent = on_sent
-        self._on_cleared = on_cleared
-        self._on_started = on_started
-        self._played_base = played_base
-        self._audio: list[NDArray[np.int16]] = []
-        self.total = 0  # samples synthesized
-        self.sent = 0  # samples handed to the transport (rewound to what was played on pause)
-        self.paused = False
-        self._pauses = 0  # pauses so far: a drain that saw one must wait for the re-sent rest
-        self._running = asyncio.Event()  # set while not paused
-        self._running.set()
-        self._shown = False
-
-    @property
-    def started(self) -> bool:
-        return self.total > 0 or self._shown
-
-    def show(self) -> None:
-        """A text-only reply's first text is out: it counts as started (nothing to play)."""
-        if not self.started:
-            self._shown = True
-            if self._on_started is not None:
-                self._on_started()
-
-    async def add(self, pcm: NDArray[np.int16]) -> None:
-        started = self.started
-        self._audio.append(pcm)
-        self.total += len(pcm)
-        if not started and self.started and self._on_started is not None:
-            self._on_started()
-        await self._send_pending()
-
-    def played(self) -> int:
-        """Samples of this reply the listener has played."""
-        return min(max(0, self._transport.played_samples(self.turn_id) - self._played_base), self.total)
-
-    async def _send_pending(self) -> None:
-        while not self.paused and self.sent < self.total:
-            pcm = self._slice(self.sent, self.total)
-            self.sent = self.total
-            await self._transport.play(self.turn_id, pcm)
-            self._on_sent(pcm)
-
-    def _slice(self, start: int, end: int) -> NDArray[np.int16]:
-        whole = np.concatenate(self._audio) if len(self._audio) > 1 else self._audio[0]
-        self._audio = [whole]
-        return whole[start:end]
-
-    def pause(self) -> int:
-        """Stop sending and flush the listener's buffer now; return samples played."""
-        self.paused = True
-        self._pauses += 1
-        self._running.clear()
-        self._transport.clear(self.turn_id)
-        self._on_cleared()
-        played = self.played()
-        self.sent = played
-        return played
-
-    async def resume(self) -> None:
-        self.paused = False
-        self._running.set()
-        await self._send_pending()
-
-    async def drain(self) -> None:
-        """Return once everything is sent and played (waiting through pauses)."""
-        while True:
-            await self._running.wait()
-            await self._send_pending()
-            pauses = self._pauses
-            await self._transport.drain(self.turn_id)
-            if pauses == self._pauses and not self.paused and self.sent >= self.total:
-                return
+    #: spoken between the reply's words (the tool filler): counted among its clauses
+    inline: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,15 +126,17 @@ class ReplyDeps:
     max_tokens: int  # llm.max_tokens
     tts_cfg: TTSConfig  # how the reply is cut into chunks
     filler_text: str  # dialogue.filler_text
+    #: the session's server-side tools (dialogue.tools); None: none, or the client's own
+    tools: ToolBox | None = None
 
     @classmethod
     def of(
         cls, engines: Engines, cfg: Config, transport: Transport, clock: Callable[[], int],
-        sleep_until: SleepUntil, phrases: Phrases,
+        sleep_until: SleepUntil, phrases: Phrases, tools: ToolBox | None = None,
     ) -> ReplyDeps:  # fmt: skip
         return cls(
             engines.llm, engines.tts, transport, clock, sleep_until, phrases,
-            cfg.llm.max_tokens, cfg.tts, cfg.dialogue.filler_text,
+            cfg.llm.max_tokens, cfg.tts, cfg.dialogue.filler_text, tools,
         )  # fmt: skip
 
 
@@ -261,6 +177,8 @@ class Reply:
         self._prefetched: PrefetchedStream | None = None
         #: the function calls the LLM made in this reply (complete once it is generated)
         self.tool_calls: tuple[ToolCall, ...] = ()
+        #: the rounds of server-side calls run (voice_pipeline/tools/loop.py)
+        self.tool_rounds: list[ToolRound] = []
 
     def heard(self, played: int, interrupted: bool) -> str:
         """The reply's own words the listener heard (the filler and apology excluded; all
@@ -268,7 +186,7 @@ class Reply:
         if not self.options.speak:
             return self.text.strip()
         if not interrupted:
-            return " ".join(c.text for c in self.clauses)
+            return " ".join(c.text for c in self.clauses if c.text)
         return heard_text(self.clauses, max(0, played - self.filler_samples))
 
     async def run(
@@ -355,51 +273,31 @@ class Reply:
         out: asyncio.Queue[str | _Phrase | None],
         prefetched: PrefetchedStream | None,
     ) -> None:
-        chunker = clause_chunker(self._deps.tts_cfg)
-        cap = self._deps.max_tokens
-        limit = cap if self.options.max_tokens is None else min(cap, self.options.max_tokens)
-        speak = self.options.speak
-        if prefetched is not None:
-            stream = prefetched.stream()  # its owner aborts the request
-            llm_start = prefetched.started_ns or self._clock()
-        elif self.options.tools is not None:
-            stream = self._deps.llm.stream(messages, self.request_id, self.options.tools)
-            llm_start = self._clock()
-        else:
-            stream = self._deps.llm.stream(messages, self.request_id)
-            llm_start = self._clock()
-        calls = CallAssembler()
+        """The LLM's rounds: with server-side tools (``ReplyDeps.tools``, when the reply's
+        options offer none of their own), each round that calls them runs them and asks
+        again with their results (voice_pipeline/tools/loop.py)."""
+        box = self._deps.tools if self.options.tools is None else None
+        offer = self.options.tools if box is None else box.offer()
+        messages = list(messages)
         try:
-            async with contextlib.aclosing(stream):  # closing aborts the engine's request
-                async for delta in stream:
-                    if delta.prompt_tokens is not None:
-                        self.llm_first = delta  # the latest says most (see LLMDelta)
-                    if not (delta.text or delta.num_tokens or delta.tool_calls):
-                        continue  # figures only
-                    self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
-                    self.llm_tokens += delta.num_tokens
-                    if self.llm_tokens >= limit:
-                        self.token_limit = True  # stops here: closing the stream aborts the request
-                    for p in map(calls.push, delta.tool_calls):
-                        self._transport.emit(
-                            ev.ToolCallStreamed(
-                                self.turn_id, self._clock(), p.index, p.call_id, p.name, p.arguments_delta
-                            )
-                        )
-                    if delta.text:
-                        self.text += delta.text
-                        self._transport.emit(
-                            ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text)
-                        )
-                        if not speak:
-                            self.speaker.show()
-                    for clause in chunker.push(delta.text) if speak else ():
-                        self._compute(Span.LLM, llm_start, self._clock())  # the first one counts
-                        self._mark(Mark.FIRST_CLAUSE, self._clock())
-                        self._first_clause_queued()
-                        await out.put(clause)
-                    if self.token_limit:
-                        break
+            for n in range(box.max_rounds + 1 if box is not None else 1):
+                calls, text = await self._round(messages, offer, out, prefetched if n == 0 else None, n)
+                if box is not None and offer is not None and offer.mode is ToolMode.REQUIRED and not calls:
+                    raise EngineError("the LLM made no tool call (tool_choice required)", retryable=True)
+                if (
+                    box is None
+                    or not calls
+                    or offer is None
+                    or offer.mode is ToolMode.NONE
+                    or self.token_limit
+                ):
+                    break
+                repeated = repeats(calls, self.tool_rounds)
+                messages += await self._run_tools(box, rnd := box.new_round(calls, text), out)
+                if (why := rnd.failed()) is not None:  # the apology, not a made-up answer
+                    self.failed_stage = FailedStage.TOOL
+                    raise EngineError(f"tool call failed: {why}", retryable=True)
+                offer = next_offer(offer, n + 1, box.max_rounds, repeated=repeated)
         except Exception as exc:
             # the clauses already queued are still spoken; run() raises this afterwards
             self.failed_stage = self.failed_stage or FailedStage.LLM
@@ -408,18 +306,99 @@ class Reply:
             await out.put(None)
             return
         self._mark(Mark.LLM_DONE, self._clock())
-        self.tool_calls = calls.calls()
-        for index, call in enumerate(self.tool_calls):
+        self._first_clause_queued()  # an empty reply: no filler any more either
+        await out.put(None)
+
+    async def _round(
+        self, messages: list[ChatMessage], offer: ToolOffer | None, out: asyncio.Queue[str | _Phrase | None],
+        prefetched: PrefetchedStream | None, n: int,
+    ) -> tuple[tuple[ToolCall, ...], str]:  # fmt: skip
+        """One LLM request streamed into clauses; its calls and its text (round ``n``)."""
+        chunker = clause_chunker(self._deps.tts_cfg)
+        cap = self._deps.max_tokens
+        limit = cap if self.options.max_tokens is None else min(cap, self.options.max_tokens)
+        speak, text, span = self.options.speak, "", Span.LLM if n == 0 else Span.LLM_ANSWER
+        tokens = 0  # the limit is each request's: the calls' tokens do not starve the answer
+        if prefetched is not None:
+            stream = prefetched.stream()  # its owner aborts the request
+            llm_start = prefetched.started_ns or self._clock()
+        else:
+            rid = self.request_id if n == 0 else f"{self.request_id}-{n}"
+            stream = (
+                self._deps.llm.stream(messages, rid, offer) if offer else self._deps.llm.stream(messages, rid)
+            )
+            llm_start = self._clock()
+        calls = CallAssembler()
+        async with contextlib.aclosing(stream):  # closing aborts the engine's request
+            async for delta in stream:
+                if delta.prompt_tokens is not None and n == 0:
+                    self.llm_first = delta  # the latest says most (see LLMDelta)
+                if not (delta.text or delta.num_tokens or delta.tool_calls):
+                    continue  # figures only
+                self._mark(Mark.LLM_FIRST_TOKEN, self._clock())
+                self.llm_tokens += delta.num_tokens
+                tokens += delta.num_tokens
+                if tokens >= limit:
+                    self.token_limit = True  # stops here: closing the stream aborts the request
+                for p in map(calls.push, delta.tool_calls):
+                    self._transport.emit(
+                        ev.ToolCallStreamed(
+                            self.turn_id, self._clock(), p.index, p.call_id, p.name, p.arguments_delta
+                        )
+                    )
+                if delta.text:
+                    text += delta.text
+                    self.text += delta.text
+                    self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
+                    if not speak:
+                        self.speaker.show()
+                for clause in chunker.push(delta.text) if speak else ():
+                    await self._clause(clause, span, llm_start, out)
+                if self.token_limit:
+                    break
+        made = calls.calls()
+        self.tool_calls += made
+        for index, call in enumerate(made):
             self._transport.emit(
                 ev.ToolCallDone(self.turn_id, self._clock(), index, call.call_id, call.name, call.arguments)
             )
+        if made:
+            self._compute(span, llm_start, self._clock())  # the round that wrote the calls
         for clause in chunker.flush() if speak else ():
-            self._compute(Span.LLM, llm_start, self._clock())
-            self._mark(Mark.FIRST_CLAUSE, self._clock())
-            self._first_clause_queued()
-            await out.put(clause)
-        self._first_clause_queued()  # an empty reply: no filler any more either
-        await out.put(None)
+            await self._clause(clause, span, llm_start, out)
+        return made, text
+
+    async def _clause(
+        self, clause: str, span: Span, llm_start: int, out: asyncio.Queue[str | _Phrase | None]
+    ) -> None:
+        self._compute(span, llm_start, self._clock())  # the first one counts
+        self._mark(Mark.FIRST_CLAUSE, self._clock())
+        self._first_clause_queued()
+        await out.put(clause)
+
+    async def _run_tools(
+        self, box: ToolBox, rnd: ToolRound, out: asyncio.Queue[str | _Phrase | None]
+    ) -> list[ChatMessage]:
+        """Run a round's calls beside the reply (the tool filler if they are slow)."""
+        self.tool_rounds.append(rnd)
+        start = self._clock()
+        self._mark(Mark.TOOL_START, start)
+
+        async def slow() -> None:
+            if self.options.speak and box.filler_text:
+                await self._phrases.prepare(box.filler_text)  # a failure is logged: no filler then
+                if self._phrases.ready(box.filler_text):
+                    self._first_clause_queued()  # not the reply's filler as well
+                    await out.put(_Phrase(box.filler_text, await self._phrases.get(box.filler_text), True))
+
+        await RoundRunner(box, rnd, self.turn_id, self._transport.emit, self._clock).run(slow)
+        self._mark(Mark.TOOL_DONE, self._clock())
+        self._compute(Span.TOOL, start, self._clock())
+        return rnd.messages()
+
+    def tool_messages(self) -> list[ChatMessage]:
+        """The calls run and their results, as they stand (what enters the history)."""
+        return exchange(self.tool_rounds)
 
     async def _held(self, clause: str) -> HeldAudio | None:
         """The held audio of the first clause, if this reply was released from a speculative
@@ -441,7 +420,10 @@ class Reply:
         out_rate = self._transport.output_rate_hz
         while (clause := await clauses.get()) is not None:
             if isinstance(clause, _Phrase):
-                self.filler_samples += len(clause.pcm)
+                if clause.inline:
+                    self.clauses.append(SpokenClause("", len(clause.pcm)))
+                else:
+                    self.filler_samples += len(clause.pcm)
                 self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), "", len(clause.pcm)))
                 await self.speaker.add(clause.pcm)
                 self._mark(Mark.FILLER_SENT, self._clock())

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Mapping
 
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import STAGES, TOTAL
+from voice_pipeline.ledger import STAGES, TOOL_STAGES, TOTAL
 
 
 def _color(text: str, code: str) -> str:
@@ -24,7 +24,7 @@ def format_turn(turn: Mapping[str, object], budget: BudgetConfig) -> str:
     if turn.get("interrupted"):
         lines.append(f"  heard:     {turn['heard_text']}  [interrupted]")
     lines.append(f"  {'stage':<17}{'ms':>8}{'budget':>8}")
-    for stage in STAGES:
+    for stage in TOOL_STAGES if "tool" in stages else STAGES:  # a turn whose tool ran first
         if stage.name not in stages:
             continue
         ms = float(stages[stage.name])

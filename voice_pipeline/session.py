@@ -58,11 +58,12 @@ from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
 from voice_pipeline.echo import EchoGate
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ClosedError
-from voice_pipeline.history import Context, History
+from voice_pipeline.history import Context, History, remember
 from voice_pipeline.inputbuf import InputHistory
 from voice_pipeline.ledger import Mark, SessionLedger
 from voice_pipeline.records import Span, TurnRecord
 from voice_pipeline.reply import Phrases, ReplyOptions, ReplyRequest
+from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
 from voice_pipeline.turn import Turn, TurnContext
 from voice_pipeline.turnstate import TurnMachine, end_of_turn_policy
@@ -107,8 +108,10 @@ class Session:
             frame_samples=self._frame,
             time_of=self._input.time_of,
             policy=self._policy(cfg),
-            prefetch=cfg.dialogue.speculative_start,
+            prefetch=cfg.dialogue.speculative_start and not cfg.dialogue.tools,  # README "Tools"
         )
+        self._history = History(cfg.dialogue.system_prompt, cfg.dialogue.history_max_tokens)
+        tools = None if context is not None else ToolBox.of(cfg.dialogue, self._spawn, self._history.resolve)
         self._ctx = TurnContext(
             engines,
             cfg,
@@ -122,9 +125,9 @@ class Session:
             on_evidence=lambda found: self._execute(self._machine.evidence(found)),
             on_audible=self._reply_audible,
             on_committed=self._warm,
+            tools=tools,
         )
         self.ledger = SessionLedger(cfg.budget)
-        self._history = History(cfg.dialogue.system_prompt, cfg.dialogue.history_max_tokens)
         tuning = engines.tuning
         block = tuning.kv_block_tokens if tuning is not None else cfg.llm.kv_block_tokens or 32
         planner = PrefillPlanner(block_tokens=block, tag=f"{id(self):x}")
@@ -394,7 +397,8 @@ class Session:
         kept = turn.request is None or turn.request.remember
         if turn.user_text and kept and record.interruption in (None, InterruptionKind.WORDS):
             if turn.failed is None or heard:  # a failed turn of which nothing was heard: never asked
-                self._context.remember(turn.user_text, heard, cut=turn.interrupted or turn.failed is not None)
+                cut = turn.interrupted or turn.failed is not None
+                remember(self._context, turn.user_text, heard, cut=cut, tools=turn.tool_messages())
         self._execute(self._machine.reply_finished(turn.turn_id))
         self._reply_over(turn.turn_id)
         if record.assistant_text and not turn.interrupted and turn.failed is None:

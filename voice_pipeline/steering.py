@@ -19,8 +19,10 @@ class ReplyOptions:
     speak: bool = True
     #: stop the LLM after this many tokens (None = ``llm.max_tokens``, which caps it anyway)
     max_tokens: int | None = None
-    #: the tools the LLM may call in this reply (None: none). The reply streams the calls
-    #: as events (``ToolCallStreamed``, ``ToolCallDone``) and keeps them in ``Reply.tool_calls``
+    #: the client's own tools the LLM may call in this reply (a realtime client's functions:
+    #: the reply streams the calls as events, ``ToolCallStreamed``, ``ToolCallDone``, keeps them
+    #: in ``Reply.tool_calls`` and ends with them). None: the session's server-side tools
+    #: (``dialogue.tools``, run by the reply itself: voice_pipeline/tools/), if it has any
     tools: ToolOffer | None = None
 
 

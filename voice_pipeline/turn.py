@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.streaming import FinalTranscript, PartialTranscript
+from llm.base import ChatMessage
 from vad.end_of_turn import Rule
 from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
@@ -34,6 +35,7 @@ from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger import Mark, TurnLedger
 from voice_pipeline.records import EndOfTurnRecord, FailedStage, Span, TurnRecord
 from voice_pipeline.reply import Phrases, Reply, ReplyDeps, ReplyRequest, ReplySpeaker
+from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
 from voice_pipeline.turnevents import CancelReason, EvidenceFound
 from voice_pipeline.utterance import Spawn, Utterance
@@ -63,6 +65,8 @@ class TurnContext:
     on_audible: Callable[[int, int], None]
     #: the committed words of the user's partial transcript grew
     on_committed: Callable[[str], None]
+    #: the session's server-side tools (None: none, or a realtime session's client tools)
+    tools: ToolBox | None = None
 
 
 class Turn:
@@ -212,7 +216,9 @@ class Turn:
             on_started=functools.partial(ctx.on_audible, tid, epoch),
             played_base=ctx.transport.played_samples(tid),
         )
-        deps = ReplyDeps.of(ctx.engines, ctx.cfg, ctx.transport, ctx.clock, ctx.sleep_until, ctx.phrases)
+        deps = ReplyDeps.of(
+            ctx.engines, ctx.cfg, ctx.transport, ctx.clock, ctx.sleep_until, ctx.phrases, ctx.tools
+        )
         mark = functools.partial(self._mark_epoch, epoch)
         return Reply(tid, deps, speaker, mark, functools.partial(self._compute_epoch, epoch))
 
@@ -255,6 +261,10 @@ class Turn:
             message, retryable = f"internal error in {stage}: {type(exc).__name__}", False
         self.failed = self.ledger.failed = stage
         self._ctx.transport.emit(ev.TurnFailed(self.turn_id, self._ctx.clock(), stage, message, retryable))
+
+    def tool_messages(self) -> list[ChatMessage]:
+        """The reply's tool calls and results, as they stand (see voice_pipeline/tools/loop.py)."""
+        return self.reply.tool_messages() if self.reply is not None else []
 
     def finish(self) -> tuple[TurnRecord, str]:
         """The turn is over: its record, and the words of the reply the listener heard."""

@@ -170,6 +170,10 @@ class TurnView {
             <div class="who">You</div>
             <p class="text listening"><span class="committed"></span><span class="tentative"></span></p>
           </div>
+          <div class="msg tools" hidden>
+            <div class="who">Tools</div>
+            <ul class="calls"></ul>
+          </div>
           <div class="msg assistant" hidden>
             <div class="who">Assistant <span class="speaking" hidden title="playing">●</span></div>
             <p class="text"></p>
@@ -228,6 +232,33 @@ class TurnView {
     this.reply += delta;
     this.q(".assistant").hidden = false;
     this.q(".assistant .text").textContent = this.reply;
+  }
+
+  /** A server-side tool call (tool.call): its name and arguments, its result to come. */
+  toolCall(callId, name, args) {
+    this.q(".tools").hidden = false;
+    const li = document.createElement("li");
+    li.className = "call running";
+    li.dataset.callId = callId;
+    const sig = document.createElement("code");
+    sig.textContent = `${name}(${args})`;
+    const out = document.createElement("span");
+    out.className = "result";
+    out.textContent = "running…";
+    li.append(sig, out);
+    this.q(".calls").appendChild(li);
+  }
+
+  /** Its result (tool.result): the output the LLM is told, or why there is none. */
+  toolResult(callId, name, output, error) {
+    let li = [...this.root.querySelectorAll(".calls li")].find((e) => e.dataset.callId === callId);
+    if (!li) {
+      this.toolCall(callId, name, "");
+      li = this.q(".calls li:last-child");
+    }
+    li.classList.remove("running");
+    li.classList.toggle("failed", error != null);
+    li.querySelector(".result").textContent = error != null ? `failed: ${error}` : `→ ${output}`;
   }
 
   tag(text, kind = "") {
@@ -591,6 +622,12 @@ class Session {
         break;
       case "reply.interrupted":
         turns.get(msg.turn_id).replyState(`interrupted · ${words(msg.reason)}`, "warn");
+        break;
+      case "tool.call":
+        turns.get(msg.turn_id).toolCall(msg.call_id, msg.name, msg.arguments);
+        break;
+      case "tool.result":
+        turns.get(msg.turn_id).toolResult(msg.call_id, msg.name, msg.output, msg.error);
         break;
       case "budget.exceeded":
         break; // shown on the waterfall when the turn's record arrives

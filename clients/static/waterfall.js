@@ -18,6 +18,20 @@ export const STAGES = [
   { key: "tts_first_audio", label: "TTS first audio", hint: "first clause → its audio synthesized" },
   { key: "transport", label: "Transport", hint: "first audio → handed to the transport" },
 ];
+/** A turn whose server-side tool ran before its first words (ledger.py TOOL_PATH):
+ * these three replace first_clause, and still add up to voice-to-voice. */
+export const TOOL_STAGES = [
+  { key: "tool_call", label: "Tool call", hint: "first token → the LLM's calls written" },
+  { key: "tool", label: "Tool", hint: "the calls start → all returned (the tools' own time)" },
+  { key: "tool_answer", label: "Answer", hint: "results in → first clause of the answer" },
+];
+
+/** The critical-path stages of a record: with the tool stages if it has them. */
+export function stagesOf(stagesMs) {
+  if (stagesMs.tool == null) return STAGES;
+  const i = STAGES.findIndex((s) => s.key === "first_clause");
+  return [...STAGES.slice(0, i), ...TOOL_STAGES, ...STAGES.slice(i + 1)];
+}
 export const TOTAL = { key: "voice_to_voice", label: "Voice to voice", hint: "end of speech → first reply audio sent" };
 export const BARGE_IN = { key: "barge_in_stop", label: "Barge-in stop", hint: "interrupting speech → reply flushed" };
 
@@ -69,7 +83,7 @@ export function renderWaterfall(record, budgets) {
 
   // Rows: each critical stage starts where the previous one ended.
   let t = 0;
-  const rows = STAGES.map((s) => {
+  const rows = stagesOf(stagesMs).map((s) => {
     const ms = stagesMs[s.key];
     const row = { ...s, start: t, ms, budget: budgets[s.key], over: ms != null && over(s.key) };
     if (ms != null) t += ms;

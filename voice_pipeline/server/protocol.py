@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import STAGES
+from voice_pipeline.ledger import ALL_STAGES
 from voice_pipeline.records import TurnRecord
 from voice_pipeline.wire import server_messages as sm
 from voice_pipeline.wire.client_messages import (
@@ -113,7 +113,7 @@ class ClientProtocol:
 
 
 def ready(session_id: str, start: Start, max_frame_bytes: int, budget: BudgetConfig) -> sm.Ready:
-    budgets = {str(s.name): float(getattr(budget, s.budget_key)) for s in STAGES}
+    budgets = {str(s.name): float(getattr(budget, s.budget_key)) for s in ALL_STAGES}
     return sm.Ready(
         PROTOCOL_VERSION, session_id, start.sample_rate_hz, start.output_rate_hz, max_frame_bytes, budgets
     )
@@ -151,8 +151,12 @@ def server_message(event: ev.Event, origin_ns: int) -> sm.KnownMessage | None:
         case ev.EndpointDetected() | ev.ReplyPaused():
             # the end of speech shows in transcript.final; a pause is the transport's audio.clear
             return None
-        case ev.ToolCallStreamed() | ev.ToolCallDone() | ev.ToolResult():
-            return None  # server-side tools are told to /ws clients by voice_pipeline.tools (issue #19)
+        case ev.ToolCallDone(turn_id=tid, call_id=call_id, name=name, arguments=arguments):
+            return sm.ToolCalled(tid, call_id, name, arguments)
+        case ev.ToolResult(turn_id=tid, call_id=call_id, name=name, output=output, error=error):
+            return sm.ToolReturned(tid, call_id, name, output, error)
+        case ev.ToolCallStreamed():
+            return None  # /ws tells a call once it is complete (tool.call)
         case ev.ReplyStarted() | ev.ClauseSynthesized() | ev.ReplyGenerated():
             return None  # the realtime protocol's (/v1/realtime); /ws has audio and turn.latency
     return None  # pragma: no cover  (the match is exhaustive)

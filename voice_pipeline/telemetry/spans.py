@@ -10,6 +10,8 @@ clock); nothing is timed again. The tree of one turn::
     ├── first_clause             llm_first_token -> first_clause │ they add up to the
     ├── tts_first_audio          first_clause -> tts_first_audio │ turn's voice_to_voice
     ├── transport                tts_first_audio -> first_audio_sent ┘
+    │   (a turn whose server-side tool ran before its first words: tool_call, tool and
+    │   tool_answer in place of first_clause -- voice_pipeline.ledger.TOOL_PATH)
     ├── barge_in                 one per pause of the reply (an interrupted reply)
     │   ├── barge_in.pause       onset of the speech over it -> the listener flushed
     │   ├── barge_in.resume      flushed -> resumed (a false interruption)  or
@@ -31,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import BARGE_IN_STOP, CRITICAL_PATH, TOTAL, Mark
+from voice_pipeline.ledger import BARGE_IN_STOP, CRITICAL_PATH, TOOL_PATH, TOTAL, Mark
 from voice_pipeline.records import StageName, TurnRecord
 
 AttrValue = str | bool | int | float | tuple[str, ...]
@@ -153,7 +155,7 @@ def _stages(record: TurnRecord, opts: TurnOptions, llm_span_id: int | None) -> l
     marks = record.marks_ns
     broken = {b.stage for b in record.budgets_broken}
     out = []
-    for stage in CRITICAL_PATH:
+    for stage in TOOL_PATH if StageName.TOOL in record.stages_ms else CRITICAL_PATH:
         a, b = marks.get(stage.start), marks.get(stage.end)
         if a is None or b is None or b < a:
             continue

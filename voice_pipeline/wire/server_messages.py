@@ -161,6 +161,32 @@ class TurnFailed(_Fields):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCalled(_Fields):
+    """The LLM called a server-side tool (``arguments``: JSON text as the model wrote it,
+    not necessarily valid); its ``tool.result`` follows."""
+
+    TYPE: ClassVar[str] = "tool.call"
+    turn_id: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReturned(_Fields):
+    """A server-side tool's call ended: ``output`` is what the LLM is told; ``error`` is
+    None if the tool returned, else why not (its failure, a timeout, malformed
+    arguments, or "cancelled: ..." by the user's interruption)."""
+
+    TYPE: ClassVar[str] = "tool.result"
+    turn_id: int
+    call_id: str
+    name: str
+    output: str
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorReported(_Fields):
     """The client's last message was not usable (``code``: a wire error code, e.g. ``bad_field``)."""
 
@@ -195,6 +221,8 @@ KnownMessage = (
     | TurnLatency
     | BudgetExceeded
     | TurnFailed
+    | ToolCalled
+    | ToolReturned
     | ErrorReported
 )
 ServerMessage = KnownMessage | Unknown
@@ -213,6 +241,8 @@ KNOWN: tuple[type[KnownMessage], ...] = (
     TurnLatency,
     BudgetExceeded,
     TurnFailed,
+    ToolCalled,
+    ToolReturned,
     ErrorReported,
 )
 
@@ -239,6 +269,12 @@ def _float(value: object) -> float:
 def _str(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError("a string")
+    return value
+
+
+def _opt_str(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError("a string or null")
     return value
 
 
@@ -270,6 +306,7 @@ _READERS: dict[str, Callable[[object], object]] = {
     "int": _int,
     "float": _float,
     "str": _str,
+    "str | None": _opt_str,
     "bool": _bool,
     "dict[str, float]": _float_map,
     "TurnRecord": _record,

@@ -1,0 +1,107 @@
+"""What one reply sends to the listener: :class:`ReplySpeaker` keeps every sample of
+the reply, so a *pause* (the first stage of a barge-in) can flush the listener's buffer
+at once and a *resume* (the interruption was only a backchannel) re-sends from exactly
+where playback stopped (re-exported by :mod:`voice_pipeline.reply`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from voice_pipeline.transport import Transport
+
+
+class ReplySpeaker:
+    """Sends one reply's audio to the transport; pauses (flush) and resumes exactly."""
+
+    def __init__(
+        self,
+        turn_id: int,
+        transport: Transport,
+        on_sent: Callable[[NDArray[np.int16]], None],
+        on_cleared: Callable[[], None],
+        *,
+        on_started: Callable[[], None] | None = None,
+        played_base: int = 0,
+    ) -> None:
+        """``on_started``: called when the first audio is added (the reply becomes audible);
+        ``played_base``: samples of ``turn_id`` the listener played before this reply (a
+        reply dropped when the user continued the turn), not counted as this reply's."""
+        self.turn_id = turn_id
+        self._transport = transport
+        self._on_sent = on_sent
+        self._on_cleared = on_cleared
+        self._on_started = on_started
+        self._played_base = played_base
+        self._audio: list[NDArray[np.int16]] = []
+        self.total = 0  # samples synthesized
+        self.sent = 0  # samples handed to the transport (rewound to what was played on pause)
+        self.paused = False
+        self._pauses = 0  # pauses so far: a drain that saw one must wait for the re-sent rest
+        self._running = asyncio.Event()  # set while not paused
+        self._running.set()
+        self._shown = False
+
+    @property
+    def started(self) -> bool:
+        return self.total > 0 or self._shown
+
+    def show(self) -> None:
+        """A text-only reply's first text is out: it counts as started (nothing to play)."""
+        if not self.started:
+            self._shown = True
+            if self._on_started is not None:
+                self._on_started()
+
+    async def add(self, pcm: NDArray[np.int16]) -> None:
+        started = self.started
+        self._audio.append(pcm)
+        self.total += len(pcm)
+        if not started and self.started and self._on_started is not None:
+            self._on_started()
+        await self._send_pending()
+
+    def played(self) -> int:
+        """Samples of this reply the listener has played."""
+        return min(max(0, self._transport.played_samples(self.turn_id) - self._played_base), self.total)
+
+    async def _send_pending(self) -> None:
+        while not self.paused and self.sent < self.total:
+            pcm = self._slice(self.sent, self.total)
+            self.sent = self.total
+            await self._transport.play(self.turn_id, pcm)
+            self._on_sent(pcm)
+
+    def _slice(self, start: int, end: int) -> NDArray[np.int16]:
+        whole = np.concatenate(self._audio) if len(self._audio) > 1 else self._audio[0]
+        self._audio = [whole]
+        return whole[start:end]
+
+    def pause(self) -> int:
+        """Stop sending and flush the listener's buffer now; return samples played."""
+        self.paused = True
+        self._pauses += 1
+        self._running.clear()
+        self._transport.clear(self.turn_id)
+        self._on_cleared()
+        played = self.played()
+        self.sent = played
+        return played
+
+    async def resume(self) -> None:
+        self.paused = False
+        self._running.set()
+        await self._send_pending()
+
+    async def drain(self) -> None:
+        """Return once everything is sent and played (waiting through pauses)."""
+        while True:
+            await self._running.wait()
+            await self._send_pending()
+            pauses = self._pauses
+            await self._transport.drain(self.turn_id)
+            if pauses == self._pauses and not self.paused and self.sent >= self.total:
+                return
