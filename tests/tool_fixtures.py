@@ -51,14 +51,10 @@ async def finish_booking(name: str) -> str:
 
 
 @tool(timeout_s=0.05)
-async def hangs(city: str) -> str:
-    """Get the weather in a city (never returns: its own timeout stops it).
-
-    Args:
-        city: the city's name
-    """
+async def hangs() -> str:
+    """Never returns (its own timeout stops it)."""
     await asyncio.Event().wait()
-    return f"never in {city}"
+    return "never"
 
 
 def broken(x: int) -> str:
