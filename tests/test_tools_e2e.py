@@ -1,8 +1,9 @@
-"""A server-side tool on ``/ws`` (and on a phone call, ``/twilio``) with the real models: the spoken question goes through
-Whisper, the default SmolLM2 calls the tool (``tool_choice: required``: structured outputs
-hold its arguments to the schema), the tool's value goes back to it, and the spoken
-answer -- transcribed by Whisper again -- carries the value. The client is told the call
-and its result, and the turn's record shows the tool's own time on the voice-to-voice path.
+"""A server-side tool with the real models, on ``/ws`` and on a phone call (``/twilio``):
+the spoken question goes through Whisper, the default SmolLM2 calls the tool
+(``tool_choice: required``: structured outputs hold its arguments to the schema), the
+tool's value goes back to it, and the spoken answer -- transcribed by Whisper again --
+carries the value. The client is told the call and its result, and the turn's record
+shows the tool's own time on the voice-to-voice path.
 """
 
 from __future__ import annotations
