@@ -5,6 +5,7 @@ tool_choice against the real vLLM server (SmolLM2; structured outputs on the ser
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -192,6 +193,26 @@ def test_a_forced_call_with_one_possible_value_is_known() -> None:
     assert plan.reply is not None and plan.calls is not None
     parsed = plan.calls.feed(plan.reply)
     assert [(c.name, c.arguments) for c in parsed.calls + plan.calls.finish().calls] == [("get_time", "{}")]
+
+
+async def test_the_remote_engine_makes_a_known_call_without_the_server() -> None:
+    with socket.socket() as sock:  # bound, not listening: any request would be refused
+        sock.bind(("127.0.0.1", 0))
+        llm = RemoteVLLM(LLMConfig(engine="remote", url=f"http://127.0.0.1:{sock.getsockname()[1]}/v1"))
+        try:
+            for offer in (
+                ToolOffer((WEATHER, TIME), function="get_time"),
+                ToolOffer((DATE,), ToolMode.REQUIRED),
+            ):
+                collector = ToolCallCollector()
+                async for delta in llm.stream(HISTORY[:2], "known", offer):
+                    collector.add_all(delta.tool_calls)
+                (call,) = collector.calls()
+                assert (call.name, call.arguments) == (offer.function or "get_date", "{}")
+                assert call.call_id.startswith("call_")
+        finally:
+            await llm.aclose()
+    assert llm.unfinished_requests() == 0 and llm.health().ok
 
 
 # ---------------------------------------------------------------- pure: SSE tool calls
