@@ -52,7 +52,15 @@ from llm.base import (
     ToolCallDelta,
     ToolOffer,
 )
-from llm.toolprompt import as_plain_text, effective_offer, openai_messages, openai_tool_choice, openai_tools
+from llm.toolcalls import new_call_id
+from llm.toolprompt import (
+    as_plain_text,
+    effective_offer,
+    known_reply,
+    openai_messages,
+    openai_tool_choice,
+    openai_tools,
+)
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import ClosedError, ConfigError, EngineError
 from voice_pipeline.telemetry.context import llm_headers
@@ -195,11 +203,17 @@ class RemoteVLLM:
         ``tools`` go as the OpenAI ``tools`` and ``tool_choice``; the server streams the
         calls (``delta.tool_calls``). ``auto`` needs a server started with
         ``--enable-auto-tool-choice --tool-call-parser ...`` (see :mod:`llm.vllm_tool_parser`),
-        or it answers 400 (a non-retryable error)."""
+        or it answers 400 (a non-retryable error). A forced call with only one possible value
+        (a named tool that takes no arguments: :func:`llm.toolprompt.known_reply`) is made
+        without asking the server."""
         import httpx
 
         self._require_open()
         offer = effective_offer(tools)
+        if offer is not None and known_reply(offer) is not None:  # one possible call: no request
+            name = offer.function or offer.tools[0].name
+            yield LLMDelta("", 0, tool_calls=(ToolCallDelta(0, new_call_id(), name, "{}"),))
+            return
         url = f"{self._base}/chat/completions"
         wait_s = self._health.wait_s(time.monotonic_ns())
         if wait_s > 0:  # backing off: fail fast, count nothing

@@ -13,7 +13,9 @@
   "get_weather returned: ...".
 * :func:`constrained_schema`: the JSON schema that structured outputs holds a forced
   request to -- a named function: its arguments; ``required``: a list of one or more
-  ``{"name", "arguments"}`` objects, each tool's arguments per its own schema.
+  ``{"name", "arguments"}`` objects, each tool's arguments per its own schema (a tool
+  that takes no arguments is called alone). :func:`known_reply`: a forced reply that
+  has only one possible value (a named tool with no arguments), given without generating.
 * :func:`tool_instruction`: what to tell a model whose template cannot render tools
   about the tool it is made to call (a system message after the conversation).
 * :func:`plan_request` puts these together for an in-process engine: what to render,
@@ -109,22 +111,63 @@ def openai_tool_choice(offer: ToolOffer) -> str | dict[str, Any]:
     return str(offer.mode)
 
 
+def takes_no_arguments(tool: ToolSpec) -> bool:
+    """Do the tool's parameters admit only ``{}`` (an object schema with no properties and
+    no other keys allowed -- unset ``additionalProperties`` counts as false, as in
+    xgrammar's strict mode)? ``{"type": "object"}`` alone is "any object", not this."""
+    schema = parameters(tool)
+    return (
+        schema.get("type") == "object"
+        and "properties" in schema
+        and not schema["properties"]
+        and not schema.get("patternProperties")
+        and not schema.get("required")
+        and schema.get("additionalProperties", False) is False
+    )
+
+
+def _call_schema(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"name": {"type": "string", "enum": [tool.name]}, "arguments": parameters(tool)},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def _calls_schema(tools: Sequence[ToolSpec], most: int) -> dict[str, Any]:
+    calls = [_call_schema(t) for t in tools]
+    item = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return {"type": "array", "items": item, "minItems": 1, "maxItems": most}
+
+
 def constrained_schema(offer: ToolOffer) -> dict[str, Any]:
-    """The JSON schema of a forced reply (see the module docstring)."""
+    """The JSON schema of a forced reply (see the module docstring). A call of a tool that
+    takes no arguments (:func:`takes_no_arguments`) is alone in its reply: SmolLM2-135M,
+    allowed a list of them, wrote ``{"name": "get_time", "arguments": {}}`` again and again
+    until max_tokens (measured 2026-12-02: 7 copies in 96 tokens, the list never closed)."""
     if offer.function is not None:
         tool = next(t for t in offer.tools if t.name == offer.function)
         return parameters(tool)
-    calls = [
-        {
-            "type": "object",
-            "properties": {"name": {"type": "string", "enum": [t.name]}, "arguments": parameters(t)},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for t in offer.tools
-    ]
-    item = calls[0] if len(calls) == 1 else {"anyOf": calls}
-    return {"type": "array", "items": item, "minItems": 1, "maxItems": MAX_REQUIRED_CALLS}
+    some = [t for t in offer.tools if not takes_no_arguments(t)]
+    none = [t for t in offer.tools if takes_no_arguments(t)]
+    if not none:
+        return _calls_schema(some, MAX_REQUIRED_CALLS)
+    if not some:
+        return _calls_schema(none, 1)
+    return {"anyOf": [_calls_schema(some, MAX_REQUIRED_CALLS), _calls_schema(none, 1)]}
+
+
+def known_reply(offer: ToolOffer) -> str | None:
+    """The whole reply of a forced request when it has only one possible value -- a named
+    function, or ``required`` with one tool, that takes no arguments -- else None. The
+    engine gives it without generating (nothing for the model to choose)."""
+    if offer.function is not None:
+        tool = next(t for t in offer.tools if t.name == offer.function)
+        return "{}" if takes_no_arguments(tool) else None
+    if offer.mode is ToolMode.REQUIRED and len(offer.tools) == 1 and takes_no_arguments(offer.tools[0]):
+        return json.dumps([{"name": offer.tools[0].name, "arguments": {}}])
+    return None
 
 
 def tool_instruction(offer: ToolOffer) -> str:
@@ -231,6 +274,8 @@ class ToolPlan:
     schema: dict[str, Any] | None = None
     #: reads the reply's text: text and calls (None: all text)
     calls: CallStream | None = None
+    #: the reply's whole text when it is known without generating (:func:`known_reply`)
+    reply: str | None = None
 
 
 def plan_request(
@@ -259,4 +304,5 @@ def plan_request(
         messages = with_instruction(messages, tool_instruction(offer))
     calls: CallStream = NamedCallStream(offer.function) if offer.function else ToolCallParser()
     tools = openai_tools(offer.tools) if supports_tools else None
-    return ToolPlan(template_messages(messages, supports_tools), tools, constrained_schema(offer), calls)
+    conversation = template_messages(messages, supports_tools)
+    return ToolPlan(conversation, tools, constrained_schema(offer), calls, known_reply(offer))

@@ -180,13 +180,19 @@ class VLLMEngine:
         template and reads calls out of the text (:class:`llm.toolcalls.ToolCallParser`;
         while text may be a call it is held, and its deltas carry only ``num_tokens``); a
         named function or ``required`` holds the reply to the calls' JSON schema with vLLM's
-        structured outputs (xgrammar), so any model calls with valid arguments.
+        structured outputs (xgrammar), so any model calls with valid arguments; a forced call
+        with only one possible value (a named tool that takes no arguments) is given without
+        generating (:func:`llm.toolprompt.known_reply`).
         """
         engine = self._require_open()
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         plan = plan_request(messages, tools, self.supports_tools, self._model_name)
+        if plan.reply is not None and plan.calls is not None:  # one possible reply: no generation
+            said, end = plan.calls.feed(plan.reply), plan.calls.finish()
+            yield LLMDelta(said.text + end.text, 0, tool_calls=said.calls + end.calls)
+            return
         structured = None if plan.schema is None else StructuredOutputsParams(json=plan.schema)
         params = SamplingParams(
             max_tokens=self._cfg.max_tokens,

@@ -11,11 +11,15 @@ played-sample count the page reports back. Chromium's noise suppression and gain
 control, which the page turns on, make tiny.en hear "friends" for "France" in
 some passes, so the test waits for the first turn whose transcript is the
 question. The page's counters are read from ``window.demo``. A screenshot of
-the page is saved and its path printed.
+the page is saved and its path printed. Run twice: plain, and with a server-side tool
+(``tool_choice: required``): then the page shows the call, its result, and the
+waterfall's tool stages.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,8 +30,9 @@ import soundfile as sf
 from playwright.async_api import Page, async_playwright
 from servers import running_server
 from speech import concat, espeak, normalize, silence
+from tool_fixtures import CAPITAL
 
-from voice_pipeline.ledger import CRITICAL_PATH
+from voice_pipeline.ledger import CRITICAL_PATH, TOOL_PATH
 from voice_pipeline.server.app import VoiceServer
 
 if TYPE_CHECKING:
@@ -70,7 +75,15 @@ def question_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-async def server(engines: Engines, config: Config) -> AsyncIterator[VoiceServer]:
+async def server(engines: Engines, config: Config, tool: bool) -> AsyncIterator[VoiceServer]:
+    if tool:
+        dialogue = dataclasses.replace(
+            config.dialogue,
+            tools=("tool_fixtures:capital_of",),
+            tool_choice="required",
+            system_prompt="You are a voice assistant. Answer by repeating the tool's result in one sentence.",
+        )
+        config = dataclasses.replace(config, dialogue=dialogue)
     async with running_server(engines, config, host="127.0.0.1") as srv:
         yield srv
 
@@ -92,8 +105,9 @@ async def wait_for_answered_question(page: Page) -> dict[str, Any]:
     return next(r for r in records if asks_the_question(r["user_text"]))
 
 
+@pytest.mark.parametrize("tool", [False, True], ids=["plain", "tool"])
 async def test_demo_page_talks_to_the_real_server(
-    server: VoiceServer, question_wav: Path, tmp_path: Path
+    server: VoiceServer, question_wav: Path, tmp_path: Path, tool: bool
 ) -> None:
     assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: apt-get install chromium"
     page_errors: list[str] = []
@@ -112,6 +126,13 @@ async def test_demo_page_talks_to_the_real_server(
             reply_shown = await turn.locator(".msg.assistant .text").inner_text()
             stage_rows = await turn.locator("svg.wf .wf-stage").count()
             bars = await turn.locator("svg.wf .wf-bar").count()
+            tools_shown = not await turn.locator(".msg.tools").is_hidden()
+            calls_shown = await turn.locator(".msg.tools li.call").all()
+            calls = [
+                (await c.locator("code").inner_text(), await c.locator(".result").inner_text(),
+                 await c.get_attribute("class"))
+                for c in calls_shown
+            ]  # fmt: skip
 
             shot = tmp_path / "demo.png"
             await page.screenshot(path=str(shot), full_page=True)
@@ -135,8 +156,18 @@ async def test_demo_page_talks_to_the_real_server(
     assert demo["playbackReportsSent"] > 0
     assert record["work"]["audio_heard_s"] > 0
     # the waterfall: a row per critical-path stage and a bar for each measured one
-    assert stage_rows == len(CRITICAL_PATH)
-    assert bars >= sum(1 for s in CRITICAL_PATH if s.name in record["stages_ms"])
+    path = TOOL_PATH if tool else CRITICAL_PATH
+    assert stage_rows == len(path)
+    assert bars >= sum(1 for s in path if s.name in record["stages_ms"])
+    # the tool call (name and arguments) and its result are shown, the call no longer running
+    if tool:
+        assert tools_shown and len(calls) == 1, calls
+        signature, result, classes = calls[0]
+        assert signature.startswith("capital_of(") and signature.endswith(")"), signature
+        assert isinstance(json.loads(signature[len("capital_of(") : -1]).get("country"), str), signature
+        assert result == f"→ {CAPITAL}" and (classes or "").split() == ["call"], (result, classes)
+    else:
+        assert not tools_shown and calls == []
     assert demo["waterfallsDrawn"] >= 1
     # the page never misused the protocol
     protocol_errors = [e for e in demo["errors"] if not e["where"].startswith(("turn ", "close"))]

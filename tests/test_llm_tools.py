@@ -12,7 +12,7 @@ import pytest
 
 from llm.base import LLM, ChatMessage, LLMDelta, ToolCall, ToolMode, ToolOffer, ToolSpec
 from llm.toolcalls import ToolCallCollector
-from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT
+from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, Config
 from voice_pipeline.errors import EngineError
 
 pytestmark = pytest.mark.real_models
@@ -185,3 +185,33 @@ async def test_a_broken_schema_is_a_clear_error_or_held_and_the_engine_lives(
     assert vllm_engine.health().ok
     text, _, _ = await collect(vllm_engine, [ChatMessage("user", "Say hello.")], None, "alive")
     assert text.strip()
+
+
+NO_ARGUMENTS = ToolSpec("get_date", "Get today's date.", '{"type":"object","properties":{},"required":[]}')
+
+
+@pytest.mark.parametrize(
+    "offer",
+    [
+        ToolOffer((WEATHER, NO_ARGUMENTS), function="get_date"),
+        ToolOffer((NO_ARGUMENTS,), ToolMode.REQUIRED),
+        ToolOffer((NO_ARGUMENTS, TIME), ToolMode.REQUIRED),
+    ],
+    ids=["named", "required", "required-of-two"],
+)
+async def test_a_tool_without_arguments_is_called_once(
+    vllm_engine: LLM, config: Config, offer: ToolOffer
+) -> None:
+    """Once SmolLM2, allowed a list of parameterless calls, repeated it until max_tokens: a
+    call with one possible value is now given without generating, and such a call is alone."""
+    ask = [ChatMessage("system", DEFAULT_SYSTEM_PROMPT), ChatMessage("user", "What is the date today?")]
+    text, calls, deltas = await collect(vllm_engine, ask, offer, "no-arguments")
+    print(f"\n{offer.function or offer.mode}: {sum(d.num_tokens for d in deltas)} tokens, {calls}")
+    assert text == ""
+    assert len(calls) == 1
+    if calls[0].name == "get_date":
+        assert json.loads(calls[0].arguments) == {}
+    else:  # the model chose the other tool: its arguments per its schema
+        check_arguments(calls[0], TIME)
+    assert sum(d.num_tokens for d in deltas) < config.llm.max_tokens  # the reply ended by itself
+    assert vllm_engine.unfinished_requests() == 0

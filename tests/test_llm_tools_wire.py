@@ -5,6 +5,7 @@ tool_choice against the real vLLM server (SmolLM2; structured outputs on the ser
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,10 +19,12 @@ from llm.toolprompt import (
     chat_template_supports_tools,
     constrained_schema,
     effective_offer,
+    known_reply,
     openai_messages,
     openai_tool_choice,
     openai_tools,
     plan_request,
+    takes_no_arguments,
     template_messages,
 )
 from voice_pipeline.config import LLMConfig
@@ -32,7 +35,9 @@ WEATHER = ToolSpec(
     "Get the current weather in a city.",
     '{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}',
 )
-TIME = ToolSpec("get_time", "Get the time.")
+TIME = ToolSpec("get_time", "Get the time.")  # no arguments (the default schema)
+DATE = ToolSpec("get_date", "Get the date.", '{"type":"object","properties":{},"additionalProperties":false}')
+CITY_TIME = ToolSpec("get_time", "Get the time in a city.", WEATHER.parameters_json)
 CALL = ToolCall("call_1", "get_weather", '{"city": "Paris"}')
 HISTORY = [
     ChatMessage("system", "Be brief."),
@@ -127,12 +132,21 @@ def test_template_messages_with_and_without_tool_support() -> None:
 def test_constrained_schema() -> None:
     named = constrained_schema(ToolOffer((WEATHER, TIME), function="get_weather"))
     assert named == json.loads(WEATHER.parameters_json)
-    required = constrained_schema(ToolOffer((WEATHER, TIME), ToolMode.REQUIRED))
+    required = constrained_schema(ToolOffer((WEATHER, CITY_TIME), ToolMode.REQUIRED))
     assert required["type"] == "array" and required["minItems"] == 1
     assert required["maxItems"] == MAX_REQUIRED_CALLS
     alternatives = required["items"]["anyOf"]
     assert [a["properties"]["name"]["enum"] for a in alternatives] == [["get_weather"], ["get_time"]]
     assert alternatives[0]["properties"]["arguments"] == json.loads(WEATHER.parameters_json)
+    # a tool that takes no arguments is called alone (a list of them never ended)
+    mixed = constrained_schema(ToolOffer((WEATHER, TIME), ToolMode.REQUIRED))
+    some, alone = mixed["anyOf"]
+    assert some["maxItems"] == MAX_REQUIRED_CALLS and some["items"]["properties"]["name"]["enum"] == [
+        "get_weather"
+    ]
+    assert alone["maxItems"] == 1 and alone["items"]["properties"]["name"]["enum"] == ["get_time"]
+    only = constrained_schema(ToolOffer((TIME, DATE), ToolMode.REQUIRED))
+    assert only["maxItems"] == 1 and len(only["items"]["anyOf"]) == 2
     single = constrained_schema(ToolOffer((WEATHER,), ToolMode.REQUIRED))
     assert single["items"]["properties"]["name"]["enum"] == ["get_weather"]
     broken = ToolSpec("f", "", "not json")
@@ -160,6 +174,45 @@ def test_plan_request() -> None:
     assert required.tools is not None and required.schema is not None
     assert required.conversation == template_messages(ask, True)
     assert isinstance(required.calls, ToolCallParser)
+    assert named.reply is None and required.reply is None
+
+
+def test_a_forced_call_with_one_possible_value_is_known() -> None:
+    assert [takes_no_arguments(t) for t in (TIME, DATE, WEATHER)] == [True, True, False]
+    any_object = ToolSpec("f", "", '{"type":"object"}')
+    extra = ToolSpec("g", "", '{"type":"object","properties":{},"additionalProperties":true}')
+    assert not takes_no_arguments(any_object) and not takes_no_arguments(extra)
+    assert known_reply(ToolOffer((WEATHER, TIME), function="get_time")) == "{}"
+    assert known_reply(ToolOffer((WEATHER, TIME), function="get_weather")) is None
+    assert json.loads(known_reply(ToolOffer((TIME,), ToolMode.REQUIRED)) or "") == [
+        {"name": "get_time", "arguments": {}}
+    ]
+    assert known_reply(ToolOffer((TIME, DATE), ToolMode.REQUIRED)) is None  # the model chooses
+    assert known_reply(ToolOffer((TIME,), ToolMode.AUTO)) is None
+    plan = plan_request(HISTORY[:2], ToolOffer((TIME,), ToolMode.REQUIRED), supports_tools=False)
+    assert plan.reply is not None and plan.calls is not None
+    parsed = plan.calls.feed(plan.reply)
+    assert [(c.name, c.arguments) for c in parsed.calls + plan.calls.finish().calls] == [("get_time", "{}")]
+
+
+async def test_the_remote_engine_makes_a_known_call_without_the_server() -> None:
+    with socket.socket() as sock:  # bound, not listening: any request would be refused
+        sock.bind(("127.0.0.1", 0))
+        llm = RemoteVLLM(LLMConfig(engine="remote", url=f"http://127.0.0.1:{sock.getsockname()[1]}/v1"))
+        try:
+            for offer in (
+                ToolOffer((WEATHER, TIME), function="get_time"),
+                ToolOffer((DATE,), ToolMode.REQUIRED),
+            ):
+                collector = ToolCallCollector()
+                async for delta in llm.stream(HISTORY[:2], "known", offer):
+                    collector.add_all(delta.tool_calls)
+                (call,) = collector.calls()
+                assert (call.name, call.arguments) == (offer.function or "get_date", "{}")
+                assert call.call_id.startswith("call_")
+        finally:
+            await llm.aclose()
+    assert llm.unfinished_requests() == 0 and llm.health().ok
 
 
 # ---------------------------------------------------------------- pure: SSE tool calls

@@ -1,13 +1,15 @@
-"""A server-side tool on ``/ws`` with the real models: the spoken question goes through
-Whisper, the default SmolLM2 calls the tool (``tool_choice: required``: structured outputs
-hold its arguments to the schema), the tool's value goes back to it, and the spoken
-answer -- transcribed by Whisper again -- carries the value. The client is told the call
-and its result, and the turn's record shows the tool's own time on the voice-to-voice path.
+"""A server-side tool with the real models, on ``/ws`` and on a phone call (``/twilio``):
+the spoken question goes through Whisper, the default SmolLM2 calls the tool
+(``tool_choice: required``: structured outputs hold its arguments to the schema), the
+tool's value goes back to it, and the spoken answer -- transcribed by Whisper again --
+carries the value. The client is told the call and its result, and the turn's record
+shows the tool's own time on the voice-to-voice path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import inspect
 import json
@@ -19,12 +21,15 @@ import tool_fixtures
 from servers import running_server, ws_url
 from speech import espeak, normalize
 from tool_fixtures import WEATHER
+from twilioclient import twilio_caller
 from wsclient import voice_client
 
 from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import TOOL_PATH
+from voice_pipeline.ledger import TOOL_PATH, TurnRecord
+from voice_pipeline.telephony import mulaw
+from voice_pipeline.telephony.twilio_connection import TwilioConnection
 from voice_pipeline.tools.loop import CANCELLED
 
 pytestmark = pytest.mark.real_models
@@ -78,6 +83,38 @@ async def test_a_tool_s_value_is_spoken_on_ws(engines: Engines, config: Config, 
     total = sum(stages[s.name] for s in TOOL_PATH)
     assert abs(total - stages["voice_to_voice"]) < 1.0  # the stages still add up (rounded to 0.1 ms)
     assert record["critical_path"]["compute_ms"]["tool"] >= 0
+
+
+def _first_record(connections: Any) -> TurnRecord | None:
+    for conn in connections:
+        if isinstance(conn, TwilioConnection) and conn.session and conn.session.ledger.records:
+            return conn.session.ledger.records[0]
+    return None
+
+
+async def test_a_tool_s_value_is_spoken_on_a_phone_call(
+    engines: Engines, config: Config, whisper: Any
+) -> None:
+    """The same through the Twilio Media Streams bridge: 8 kHz µ-law in and out."""
+    if "tools" not in inspect.signature(engines.llm.stream).parameters:
+        pytest.skip("the LLM engine does not take tools yet (issue #19 part 1)")
+    token = "s3cret-token"
+    async with (
+        running_server(engines, _with_tools(config), twilio_token=token) as srv,
+        twilio_caller(f"ws://127.0.0.1:{srv.port}/twilio") as caller,
+    ):
+        await caller.start(token)
+        caller.say(espeak(QUESTION))
+        async with asyncio.timeout(240):  # the call's first turn is recorded
+            while (record := _first_record(srv.connections)) is None:  # noqa: ASYNC110 -- server state
+                await asyncio.sleep(0.05)
+        await caller.wait_until(lambda: len(caller.marks_echoed) == len(caller.of("mark")), 60)  # all played
+    assert {s.name for s in TOOL_PATH} <= set(record.stages_ms), record.stages_ms  # the tool ran
+    assert not record.failed and record.assistant_text
+    pcm = mulaw.decode(b"".join(base64.b64decode(r.msg["media"]["payload"]) for r in caller.of("media")))
+    heard = normalize(whisper.transcribe(resample(to_float32(pcm), 8000, 16000)).text)
+    print(f"\nphone: asked {record.user_text!r}, said {record.assistant_text!r}, heard {heard!r}")
+    assert "17" in heard or "seventeen" in heard, (heard, record.assistant_text)
 
 
 #: long, so that the user's interruption lands while it plays (the tool is held meanwhile)

@@ -22,6 +22,19 @@ def get_weather(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius") -
     return WEATHER
 
 
+#: what ``capital_of`` answers: the browser test looks for it on the demo page
+CAPITAL = "The capital of France is Paris."
+
+
+def capital_of(country: str) -> str:
+    """Get the capital city of a country.
+
+    Args:
+        country: the country's name, e.g. France
+    """
+    return CAPITAL
+
+
 #: set by the tests to hold ``slow_lookup`` / ``finish_booking`` until they say go
 gate = asyncio.Event()
 #: what ``finish_booking`` was asked to book, once it has finished
@@ -51,14 +64,10 @@ async def finish_booking(name: str) -> str:
 
 
 @tool(timeout_s=0.05)
-async def hangs(city: str) -> str:
-    """Get the weather in a city (never returns: its own timeout stops it).
-
-    Args:
-        city: the city's name
-    """
+async def hangs() -> str:
+    """Never returns (its own timeout stops it)."""
     await asyncio.Event().wait()
-    return f"never in {city}"
+    return "never"
 
 
 def broken(x: int) -> str:
