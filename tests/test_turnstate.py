@@ -861,3 +861,12 @@ def test_the_scripts_take_every_transition_of_the_table(monkeypatch: pytest.Monk
         for step, _, _ in case.script:
             d.apply(step)
     assert taken == set(TRANSITIONS), f"not exercised: {set(TRANSITIONS) - taken}"
+
+
+def test_a_false_interruption_is_told_by_its_reason_not_its_text() -> None:
+    false = {r for r in CancelReason if r.false_interruption}
+    assert false == {
+        CancelReason.STOPPED_BY_NO_WORDS,
+        CancelReason.STOPPED_BY_BACKCHANNEL,
+        CancelReason.STOPPED_BY_ECHO,
+    }

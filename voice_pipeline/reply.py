@@ -321,7 +321,7 @@ class Reply:
         tokens = 0  # the limit is each request's: the calls' tokens do not starve the answer
         if prefetched is not None:
             stream = prefetched.stream()  # its owner aborts the request
-            llm_start = prefetched.started_ns or self._clock()
+            llm_start = prefetched.started_ns
         else:
             rid = self.request_id if n == 0 else f"{self.request_id}-{n}"
             stream = (

@@ -128,7 +128,7 @@ class PrefetchedStream:
     synthesizes the first chunk ahead sets :attr:`held_task` (its result: :attr:`held`).
     """
 
-    def __init__(self, user_text: str, history_version: int, started_ns: int = 0) -> None:
+    def __init__(self, user_text: str, history_version: int, started_ns: int) -> None:
         self.user_text = user_text
         self.history_version = history_version  # the conversation it was asked with
         self.started_ns = started_ns  # when the request was made (the LLM's compute span)

@@ -82,6 +82,7 @@ class Turn:
             ctx.engines,
             ctx.cfg,
             clock=ctx.clock,
+            sleep_until=ctx.sleep_until,
             time_of=ctx.time_of,
             spawn=ctx.spawn,
             on_evidence=ctx.on_evidence,
@@ -240,7 +241,7 @@ class Turn:
         ctx = self._ctx
         if barge_in:
             self.mark(Mark.BARGE_IN_CONFIRMED, ctx.clock())
-        if reason.value.startswith("stopped by"):  # a false interruption, not resumed
+        if reason.false_interruption:  # not resumed
             self.ledger.false_interruptions += 1
         if self.done or self.interrupted or self.reply_task is None:
             return

@@ -64,6 +64,17 @@ class CancelReason(enum.StrEnum):
     STOPPED_BY_ECHO = "stopped by echo"
     CLIENT = "cancelled by the client"  # a realtime client's response.cancel
 
+    @property
+    def false_interruption(self) -> bool:
+        """The reply was stopped by something that was not an interruption after all (no
+        words, a backchannel, its own echo) and not resumed."""
+        return self in _FALSE_INTERRUPTIONS
+
+
+_FALSE_INTERRUPTIONS = frozenset(
+    {CancelReason.STOPPED_BY_NO_WORDS, CancelReason.STOPPED_BY_BACKCHANNEL, CancelReason.STOPPED_BY_ECHO}
+)
+
 
 # ---------------------------------------------------------------- commands
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,7 @@ class Utterance:
         cfg: Config,
         *,
         clock: Callable[[], int],
+        sleep_until: Callable[[int], Awaitable[None]],
         time_of: Callable[[int], int],
         spawn: Spawn,
         on_evidence: Callable[[EvidenceFound], None],
@@ -73,6 +74,7 @@ class Utterance:
         self._engines = engines
         self._cfg = cfg
         self._clock = clock
+        self._sleep_until = sleep_until
         self._time_of = time_of
         self._spawn = spawn
         self._on_evidence = on_evidence
@@ -111,9 +113,9 @@ class Utterance:
             self._partials = None
 
     async def _poll_partials(self) -> None:
-        interval = self._cfg.asr.partial_interval_ms / 1000
+        interval_ns = self._cfg.asr.partial_interval_ms * 1_000_000
         while True:
-            await asyncio.sleep(interval)
+            await self._sleep_until(self._clock() + interval_ns)
             if self.paused:
                 continue  # the speculative final decode has the CPU
             partial = await self.transcriber.partial()
