@@ -10,7 +10,7 @@ from voice_pipeline.bargein import (
     BargeInTracker,
     ConfirmInterruption,
     InterruptionKind,
-    PauseReply,
+    SpeechOverReply,
     classify_interruption,
     words_of,
 )
@@ -62,8 +62,8 @@ def run(tracker: BargeInTracker, frame_ms: float, frames: str) -> dict[int, Barg
 
 
 def expected_actions(frame_ms: float, expected: dict[int, tuple[str, int]]) -> dict[int, BargeInAction]:
-    kinds: dict[str, type[PauseReply] | type[ConfirmInterruption]] = {
-        "P": PauseReply,
+    kinds: dict[str, type[SpeechOverReply] | type[ConfirmInterruption]] = {
+        "P": SpeechOverReply,
         "C": ConfirmInterruption,
     }
     return {i: kinds[k](T0 + round(onset * frame_ms * MS)) for i, (k, onset) in expected.items()}

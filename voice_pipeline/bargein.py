@@ -5,7 +5,7 @@ Two stages, so that stopping is fast and backchannels still do not stop the repl
 
 1. **Pause** -- :class:`BargeInTracker` counts the user's voiced time (echo
    already removed, see :mod:`voice_pipeline.echo`) while the assistant is
-   audible. At ``min_speech_ms`` it answers :class:`PauseReply`: the runtime stops
+   audible. At ``min_speech_ms`` it answers :class:`SpeechOverReply`: the runtime stops
    sending at once and flushes the listener's buffer (the ``barge_in_stop``
    budget is measured to this moment), but keeps the reply's LLM and TTS work.
 2. **Confirm or resume** -- the interruption is confirmed (:class:`ConfirmInterruption`:
@@ -34,7 +34,10 @@ GAP_MS = 200.0
 
 
 @dataclass(frozen=True, slots=True)
-class PauseReply:
+class SpeechOverReply:
+    """Speech over the reply long enough to pause it (the machine answers with its own
+    :class:`~voice_pipeline.turnevents.PauseReply` command)."""
+
     onset_ns: int  # when the interrupting speech began
 
 
@@ -43,7 +46,7 @@ class ConfirmInterruption:
     onset_ns: int
 
 
-BargeInAction = PauseReply | ConfirmInterruption
+BargeInAction = SpeechOverReply | ConfirmInterruption
 
 
 class BargeInTracker:
@@ -86,7 +89,7 @@ class BargeInTracker:
             return None
         if not self._paused and self._voiced_ms >= self._cfg.min_speech_ms:
             self._paused = True
-            return PauseReply(self._onset_ns)
+            return SpeechOverReply(self._onset_ns)
         if self._paused and not self._confirmed and self._voiced_ms >= self._cfg.confirm_speech_ms:
             self._confirmed = True
             return ConfirmInterruption(self._onset_ns)

@@ -30,9 +30,9 @@ from voice_pipeline.bargein import (
     BargeInTracker,
     ConfirmInterruption,
     InterruptionKind,
+    SpeechOverReply,
     classify_interruption,
 )
-from voice_pipeline.bargein import PauseReply as TrackerPause
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
 from voice_pipeline.turnevents import (
     Answer,
@@ -341,7 +341,7 @@ class TurnMachine:
         if audible is None:
             return
         match action:
-            case TrackerPause(onset_ns=onset):
+            case SpeechOverReply(onset_ns=onset):
                 if is_echo(onset):  # frames that slipped through the per-frame gate
                     self.tracker.resolved()
                 else:
