@@ -238,7 +238,7 @@ class FasterWhisperASR:
             from faster_whisper import WhisperModel
         except ImportError as exc:
             raise MissingPackageError("faster-whisper") from exc
-        from voice_pipeline.machine import tuned_asr
+        from voice_pipeline.tuning import tuned_asr
 
         cfg = tuned_asr(cfg)  # cpu_threads 0 = chosen for the machine
         self._cfg = cfg

@@ -123,7 +123,7 @@ async def measure(
             )
             tts.close()
         # and the LLM's own speed while ASR runs beside it (the speculative decode overlaps it)
-        from voice_pipeline.machine import tuned_asr
+        from voice_pipeline.tuning import tuned_asr
 
         asr_cfg = tuned_asr(cfg.asr)  # the ASR threads the pipeline would use here
         asr = build_asr(asr_cfg, paths.asr)
@@ -177,7 +177,7 @@ def main() -> None:
             sys.exit(f"child failed:\n{proc.stderr[-3000:]}")
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     from voice_pipeline.config import load_config
-    from voice_pipeline.machine import choose, this_cpu
+    from voice_pipeline.tuning import choose, this_cpu
 
     cfg = load_config(None)
     tuning = choose(this_cpu(), cfg.llm, cfg.asr)

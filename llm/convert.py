@@ -8,7 +8,7 @@ included) is saved beside them.
 
 The one bf16 folder serves every CPU: on one without bf16 hardware ``llm.dtype: auto``
 loads it as float32 (vLLM upcasts at load; verified, no second conversion, same start
-time), see :mod:`voice_pipeline.machine`.
+time), see :mod:`voice_pipeline.tuning`.
 
 The folder is written to a temporary directory next to ``out_dir`` and renamed
 into place at the end, so an interrupted conversion never leaves a half folder

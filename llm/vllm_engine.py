@@ -17,7 +17,7 @@ restored afterwards, which leaves this process's own threads alone. Note that vL
 
 Settings: ``llm.dtype: auto``, ``llm.threads: 0``, ``llm.kv_block_tokens: 0`` and
 ``llm.compile: auto`` (eager or torch.compile, see :func:`llm.vllm_env.compile_env`) are
-resolved for the machine (:func:`voice_pipeline.machine.tuned_llm`); the KV block size
+resolved for the machine (:func:`voice_pipeline.tuning.tuned_llm`); the KV block size
 is passed to vLLM (its CPU default, 128, never reused a short prompt's system prompt).
 The first delta of a reply says its prompt tokens, vLLM's ``num_cached_tokens`` and the
 time to it; :meth:`VLLMEngine.prefill` runs a one-token request on a prompt prefix.
@@ -93,7 +93,7 @@ class VLLMEngine:
     ) -> None:
         """``engine_args``: more ``AsyncEngineArgs`` fields, overriding these (benchmarks use it
         to measure vLLM's own options: torch.compile, chunked prefill, max_num_seqs)."""
-        from voice_pipeline.machine import tuned_llm
+        from voice_pipeline.tuning import tuned_llm
 
         cfg = tuned_llm(cfg)  # dtype auto, threads 0, kv_block_tokens 0: chosen for the machine
         self._cfg = cfg

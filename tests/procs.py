@@ -74,7 +74,7 @@ def vllm_server(
     """A real vLLM OpenAI server on loopback; yields its /v1 base URL (model ``smollm2``).
     ``extra``: more command-line arguments; ``extra_env``: more environment variables."""
     from voice_pipeline.emulation import engine_env
-    from voice_pipeline.machine import tuned_llm
+    from voice_pipeline.tuning import tuned_llm
 
     cfg = tuned_llm(LLMConfig())  # the dtype and KV block size chosen for this machine
     port = port or free_port()

@@ -18,7 +18,7 @@ from voice_pipeline.cli import main
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger import CRITICAL_PATH
-from voice_pipeline.machine import this_cpu
+from voice_pipeline.tuning import this_cpu
 
 pytestmark = pytest.mark.real_models
 

@@ -32,8 +32,8 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.cli import _server_config, build_parser
 from voice_pipeline.config import Config, ServerConfig, load_config
 from voice_pipeline.errors import ConfigError
-from voice_pipeline.machine import this_cpu
 from voice_pipeline.server.app import exposure_warnings
+from voice_pipeline.tuning import this_cpu
 
 EXE = [sys.executable, "-m", "voice_pipeline.cli"]
 

@@ -413,7 +413,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         measure_floors,
         model_parameters,
     )
-    from voice_pipeline.machine import choose, this_cpu
+    from voice_pipeline.tuning import choose, this_cpu
 
     cfg = _config(args)
     if args.reps < 1:

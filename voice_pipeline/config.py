@@ -76,7 +76,7 @@ class TurnConfig:
     #: computed at the first silent frame, used as with "words" (only after neutral words).
     #: At the pause only while the machine has room for speculation, else as "words". On 2
     #: cores the model's 130 ms slows the decode or the LLM beside it (README "Turn-taking");
-    #: "auto" = chosen for the CPU (voice_pipeline/machine.py: "early" on AVX2, where the
+    #: "auto" = chosen for the CPU (voice_pipeline/tuning.py: "early" on AVX2, where the
     #: words come too late for the model after them, "words" on AVX-512)
     model_start: Literal["auto", "words", "early", "pause"] = "auto"
     #: P(complete) at or above which the model says the utterance sounds finished
@@ -113,7 +113,7 @@ class ASRConfig:
     language: str = "en"
     beam_size: int = 1
     #: CTranslate2 threads (0 = chosen for the machine: 2, or 1 on a single core; see
-    #: voice_pipeline/machine.py)
+    #: voice_pipeline/tuning.py)
     cpu_threads: int = 0
     num_workers: int = 1
     #: decode the growing utterance this often for partial transcripts (0 = no partials)
@@ -154,10 +154,10 @@ class LLMConfig:
     max_model_len: int = 2048
     #: weights and activations: "auto" = bfloat16 where the CPU computes it natively
     #: (AVX-512 BF16, AMX), else float32 (bf16 without hardware support is ~4x slower to the
-    #: first token); see voice_pipeline/machine.py. An explicit value always wins.
+    #: first token); see voice_pipeline/tuning.py. An explicit value always wins.
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
     #: the in-process vLLM engine's decode step: "eager", or "compile" (torch.compile, its
-    #: cache kept across starts in ~/.cache/vllm); "auto" = chosen per CPU class (machine.py)
+    #: cache kept across starts in ~/.cache/vllm); "auto" = chosen per CPU class (tuning.py)
     compile: Literal["auto", "eager", "compile"] = "auto"
     #: a request with no token for this long (first token or between tokens) is an error:
     #: the turn ends with the spoken ``dialogue.apology``

@@ -1,7 +1,7 @@
 """``voice-pipeline doctor``: this machine, the settings chosen for it, and what it gives.
 
 Prints the CPU (model, class, cores), the machine-dependent settings and why each was
-chosen (:mod:`voice_pipeline.machine`), the memory bandwidth and matmul speed that bound
+chosen (:mod:`voice_pipeline.tuning`), the memory bandwidth and matmul speed that bound
 the LLM here, and a few-second LLM micro-benchmark beside those floors:
 
 * first token of a turn-sized prompt (system prompt + one question), cold (nothing
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from llm.base import LLM, ChatMessage
-from voice_pipeline.machine import Tuning
+from voice_pipeline.tuning import Tuning
 
 BANDWIDTH_MIB = 256
 QUESTIONS = (

@@ -13,9 +13,9 @@ from llm.base import LLM
 from tts.base import TTS
 from vad.base import VAD, TurnModel
 from voice_pipeline.config import Config
-from voice_pipeline.machine import Tuning, choose, this_cpu
 from voice_pipeline.models import ModelPaths
 from voice_pipeline.speculation import SpeculationBudget, default_speculation_limit
+from voice_pipeline.tuning import Tuning, choose, this_cpu
 
 if TYPE_CHECKING:
     from voice_pipeline.telemetry.export import Telemetry

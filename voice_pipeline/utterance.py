@@ -147,7 +147,7 @@ class Utterance:
 
     def _model_start(self) -> str:
         """When the turn model runs: as configured, or for ``auto`` as chosen for the CPU
-        (:func:`voice_pipeline.machine.choose_turn_model_start`). It starts at the pause only
+        (:func:`voice_pipeline.tuning.choose_turn_model_start`). It starts at the pause only
         while the machine has room (no other session's speculation fills the budget)."""
         start: str = self._cfg.turn.model_start
         if start == "auto":

@@ -49,7 +49,6 @@ from voice_pipeline.config import Config, ServerConfig
 from voice_pipeline.edge import SessionLimit
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ConfigError
-from voice_pipeline.machine import choose, this_cpu
 from voice_pipeline.realtime.connection import (
     MESSAGE_LIMIT_FACTOR,
     RealtimeConnection,
@@ -76,6 +75,7 @@ from voice_pipeline.server.web import (
 )
 from voice_pipeline.telephony.twilio_auth import SIGNATURE_HEADER, handshake_refusal
 from voice_pipeline.telephony.twilio_connection import TwilioConnection
+from voice_pipeline.tuning import choose, this_cpu
 
 log = logging.getLogger(__name__)
 

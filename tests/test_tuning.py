@@ -1,11 +1,11 @@
-"""The CPU -> settings choice (voice_pipeline/machine.py): pure, table-driven, no model."""
+"""The CPU -> settings choice (voice_pipeline/tuning.py): pure, table-driven, no model."""
 
 from __future__ import annotations
 
 import pytest
 
 from voice_pipeline.config import ASRConfig, LLMConfig, TurnConfig
-from voice_pipeline.machine import CPUClass, CPUInfo, Source, choose, parse_cpu, this_cpu
+from voice_pipeline.tuning import CPUClass, CPUInfo, Source, choose, parse_cpu, this_cpu
 
 # flags lines as /proc/cpuinfo shows them (trimmed to what matters plus some noise)
 BASE = "fpu vme de pse tsc msr pae mce cx8 apic sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c"
