@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from voice_pipeline.records import TurnRecord
+    from voice_pipeline.bargein import InterruptionKind
+    from voice_pipeline.records import FailedStage, StageName, TurnRecord
+    from voice_pipeline.turnevents import CancelReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,7 @@ class ReplyPaused:
 class ReplyResumed:
     turn_id: int
     t_ns: int
-    reason: str  # bargein.InterruptionKind of the false interruption
+    reason: InterruptionKind  # of the false interruption
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,14 +164,14 @@ class ReplyInterrupted:
 
     turn_id: int
     t_ns: int
-    reason: str
+    reason: CancelReason
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetExceeded:
     turn_id: int
     t_ns: int
-    stage: str
+    stage: StageName
     duration_ms: float
     budget_ms: float
 
@@ -187,7 +189,7 @@ class TurnFailed:
 
     turn_id: int
     t_ns: int
-    stage: str
+    stage: FailedStage
     message: str
     retryable: bool
 

@@ -285,7 +285,7 @@ class Session:
                 case te.PauseReply(turn_id=tid, onset_ns=onset):
                     self._turns[tid].pause_reply(onset)
                 case te.ResumeReply(turn_id=tid, kind=kind):
-                    self._turns[tid].resume_reply(str(kind))
+                    self._turns[tid].resume_reply(kind)
                 case te.CancelReply(turn_id=tid, reason=reason, barge_in=barge_in):
                     self._turns[tid].cancel_reply(reason, barge_in=barge_in)
                 case te.Seal(turn_id=tid):

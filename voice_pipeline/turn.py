@@ -27,6 +27,7 @@ from llm.base import ChatMessage
 from vad.end_of_turn import Rule
 from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
+from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.clock import ms_to_ns
 from voice_pipeline.config import Config
 from voice_pipeline.echo import EchoGate
@@ -231,7 +232,7 @@ class Turn:
         self.mark(Mark.FLUSH_SENT, self._ctx.clock())
         self._ctx.transport.emit(ev.ReplyPaused(self.turn_id, self._ctx.clock()))
 
-    def resume_reply(self, kind: str) -> None:
+    def resume_reply(self, kind: InterruptionKind) -> None:
         self.ledger.false_interruptions += 1
         self._ctx.transport.emit(ev.ReplyResumed(self.turn_id, self._ctx.clock(), kind))
         if self.reply is not None:
@@ -248,7 +249,7 @@ class Turn:
         self.interrupted = True
         ctx.transport.clear(self.turn_id)
         ctx.echo.cleared(self.turn_id, ctx.clock())
-        ctx.transport.emit(ev.ReplyInterrupted(self.turn_id, ctx.clock(), str(reason)))
+        ctx.transport.emit(ev.ReplyInterrupted(self.turn_id, ctx.clock(), reason))
         self.reply_task.cancel()
 
     def fail(self, exc: BaseException) -> None:
