@@ -197,9 +197,9 @@ class Turn:
             wait_ms=end.wait_ms,
             p_complete=end.evidence.p_complete,
             cue=end.evidence.cue,
-            words_after_ms=at.get("words"),
-            sound_after_ms=at.get("sound"),
-            sound_compute_ms=at.get("sound_compute"),
+            words_after_ms=at.words_after_ms,
+            sound_after_ms=at.sound_after_ms,
+            sound_compute_ms=at.sound_compute_ms,
         )
         utterance.drop_evidence()
         end_ms = end.speech_end_sample * 1000 // ctx.cfg.audio.pipeline_rate_hz

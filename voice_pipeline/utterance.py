@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,16 @@ log = logging.getLogger(__name__)
 Spawn = Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
 #: the turn model's answer: P(complete) and when it ran (clock ns), or None (it failed)
 _Verdict = tuple[float, int, int] | None
+
+
+@dataclass(slots=True)
+class EvidenceTiming:
+    """When the evidence of the last pause came back, in ms after its speech end: the words
+    (speculative transcript), the sound (turn model), and the turn model's own compute."""
+
+    words_after_ms: float | None = None
+    sound_after_ms: float | None = None
+    sound_compute_ms: float | None = None
 
 
 class Utterance:
@@ -81,9 +92,8 @@ class Utterance:
         self._on_partial = on_partial
         self.transcriber = UtteranceTranscriber(engines.asr, cfg.asr, stamp=clock)
         self.paused = False  # the VAD hears a pause inside the utterance
-        #: when the words / the sound of the last pause came back (ms after its speech end),
-        #: and the turn model's own compute time (ms)
-        self.evidence_at: dict[str, float] = {}
+        #: when the words / the sound of the last pause came back, and the turn model's time
+        self.evidence_at = EvidenceTiming()
         self._partials: asyncio.Task[None] | None = None
         self._evidence: list[asyncio.Task[Any]] = []
         self._prefetch: asyncio.Task[None] | None = None
@@ -127,7 +137,7 @@ class Utterance:
     def speculate(self, speech_end: int) -> None:
         """A pause began after input sample ``speech_end``."""
         self.paused = True
-        self.evidence_at = {}
+        self.evidence_at = EvidenceTiming()
         self.drop_evidence()
         if self._cfg.asr.speculative_final:
             self.transcriber.speculate()
@@ -186,7 +196,7 @@ class Utterance:
         try:
             spec = await self.transcriber.speculative() if self._cfg.asr.speculative_final else None
             cue = Cue.NEUTRAL if spec is None else transcript_cue(spec.text)
-            self.evidence_at["words"] = self._after(speech_end)
+            self.evidence_at.words_after_ms = self._after(speech_end)
             self._on_evidence(EvidenceFound(self.turn_id, speech_end, cue=cue))
             if then is None:
                 return
@@ -224,8 +234,8 @@ class Utterance:
             self._on_evidence(EvidenceFound(self.turn_id, speech_end, no_sound=True))
             return
         p, start, end = verdict
-        self.evidence_at["sound"] = self._after(speech_end)
-        self.evidence_at["sound_compute"] = (end - start) / 1e6
+        self.evidence_at.sound_after_ms = self._after(speech_end)
+        self.evidence_at.sound_compute_ms = (end - start) / 1e6
         self._on_evidence(EvidenceFound(self.turn_id, speech_end, p_complete=p))
 
     # ------------------------------------------------------------ LLM prefetch
