@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from llm.base import ChatMessage
+from voice_pipeline.bargein import InterruptionKind
 
 #: chat-template tokens around each message (SmolLM2's ChatML: ``<|im_start|>role\n`` ...
 #: ``<|im_end|>\n`` = 5 tokens, measured)
@@ -154,6 +155,18 @@ class History:
             if m.role == "tool" and m.tool_call_id == call_id:
                 self.messages[i] = ChatMessage("tool", output, tool_call_id=call_id)
                 self.version += 1
+
+
+def admits(
+    user_text: str, *, asked: bool, interruption: InterruptionKind | None, failed: bool, heard: str
+) -> bool:
+    """Does a finished turn enter the history? Only words the user meant for the assistant
+    (an interruption by words, or none: not a backchannel, echo or noise over a reply), of a
+    turn whose request asked to be remembered (``asked``: an out-of-band realtime reply is
+    not), and not a failed turn of which nothing was heard (the user was never answered)."""
+    if not user_text or not asked or interruption not in (None, InterruptionKind.WORDS):
+        return False
+    return not failed or bool(heard)
 
 
 def remember(

@@ -52,13 +52,12 @@ from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
 from voice_pipeline import turnevents as te
 from voice_pipeline.audio import finite_audio, last_sound_end
-from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.clock import ms_to_ns, now_ns
 from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
 from voice_pipeline.echo import EchoGate
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ClosedError
-from voice_pipeline.history import Context, History, remember
+from voice_pipeline.history import Context, History, admits, remember
 from voice_pipeline.inputbuf import InputHistory
 from voice_pipeline.ledger import Mark, SessionLedger
 from voice_pipeline.records import Span, TurnRecord
@@ -394,11 +393,10 @@ class Session:
     def _finish(self, turn: Turn) -> TurnRecord:
         record, heard = turn.finish()
         self.ledger.add(record)
-        kept = turn.request is None or turn.request.remember
-        if turn.user_text and kept and record.interruption in (None, InterruptionKind.WORDS):
-            if turn.failed is None or heard:  # a failed turn of which nothing was heard: never asked
-                cut = turn.interrupted or turn.failed is not None
-                remember(self._context, turn.user_text, heard, cut=cut, tools=turn.tool_messages())
+        asked, failed = turn.request is None or turn.request.remember, turn.failed is not None
+        if admits(turn.user_text, asked=asked, interruption=record.interruption, failed=failed, heard=heard):
+            cut, tools = turn.interrupted or failed, turn.tool_messages()
+            remember(self._context, turn.user_text, heard, cut=cut, tools=tools)
         self._execute(self._machine.reply_finished(turn.turn_id))
         self._reply_over(turn.turn_id)
         if record.assistant_text and not turn.interrupted and turn.failed is None:
@@ -406,8 +404,7 @@ class Session:
         self._warm()
         self._turns.pop(turn.turn_id, None)
         self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
-        if self._machine.user is None and not self._replying:
-            self._idle.set()
+        self._maybe_idle()
         self._transport.emit(ev.TurnCompleted(turn.turn_id, self._clock(), record))
         return record
 
@@ -417,7 +414,10 @@ class Session:
         if self._capture is turn:
             self._capture = None
         self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
-        if self._machine.user is None and not self._replying:
+        self._maybe_idle()
+
+    def _maybe_idle(self) -> None:
+        if self._machine.user is None and not self._replying:  # no user turn, no reply
             self._idle.set()
 
     # ------------------------------------------------------------ tasks
