@@ -18,6 +18,7 @@ import pytest
 from rtclient import pcm16, realtime
 from servers import running_server
 from speech import concat, espeak, silence
+from tool_fixtures import WEATHER_FUNCTION as WEATHER
 
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
@@ -26,17 +27,6 @@ from voice_pipeline.server.app import VoiceServer
 pytestmark = pytest.mark.real_models
 
 RATE = 24000
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "description": "the city"}},
-        "required": ["city"],
-    },
-}
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from rtclient import realtime
 from servers import running_server
+from tool_fixtures import WEATHER_FUNCTION as WEATHER
 
 from llm.base import LLM
 from voice_pipeline.config import Config
@@ -25,17 +26,6 @@ from voice_pipeline.engines import Engines
 from voice_pipeline.server.app import VoiceServer
 
 pytestmark = pytest.mark.real_models
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Get the current weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "description": "the city"}},
-        "required": ["city"],
-    },
-}
 
 
 @pytest.fixture

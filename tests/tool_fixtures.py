@@ -8,6 +8,18 @@ from typing import Literal
 
 from voice_pipeline.tools import tool
 
+#: a /v1/realtime client's own function (the client runs it: tests/test_e2e_realtime_tools*.py)
+WEATHER_FUNCTION = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "the city"}},
+        "required": ["city"],
+    },
+}
+
 #: what ``get_weather`` answers: the end-to-end test listens for its "17"
 WEATHER = "The temperature in Paris is 17 degrees."
 
