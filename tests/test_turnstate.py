@@ -40,6 +40,7 @@ from voice_pipeline.turnevents import (
     Speculate,
     StartReply,
     StopSpeculating,
+    Transcribed,
     TurnOptions,
 )
 from voice_pipeline.turnstate import TRANSITIONS, Phase, Step, TurnMachine, TurnState, TurnStateError
@@ -191,7 +192,7 @@ class Driver:
                     return m.evidence(EvidenceFound(m.user, self.pause_end, no_sound=True))
                 return m.evidence(EvidenceFound(m.user, self.pause_end, p_complete=p))
             case Heard(turn=turn, text=text, said=said):
-                return m.transcribed(turn, text, said)
+                return list(m.transcribed(turn, text, said).commands)
             case Audible(turn=turn):
                 return m.reply_audible(turn, self.now)
             case Finished(turn=turn):
@@ -870,3 +871,17 @@ def test_a_false_interruption_is_told_by_its_reason_not_its_text() -> None:
         CancelReason.STOPPED_BY_BACKCHANNEL,
         CancelReason.STOPPED_BY_ECHO,
     }
+
+
+def test_transcribed_returns_its_verdict_among_its_commands() -> None:
+    d = Driver(machine())
+    for step, _, _ in [*ASK, *answered()]:
+        d.apply(step)
+    heard = d.m.transcribed(1, "What time is it?")
+    assert heard.verdict == Answer(1, None) and heard.commands == (heard.verdict,)
+    assert d.m.transcribed(7, "who?") == Transcribed((), None)  # no such turn waiting for words
+    silent = Driver(machine())
+    for step, _, _ in [*ASK, *answered()]:
+        silent.apply(step)
+    nothing = silent.m.transcribed(1, "")
+    assert nothing.verdict == Dismiss(1, None) and nothing.commands == (nothing.verdict,)

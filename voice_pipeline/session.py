@@ -364,10 +364,10 @@ class Session:
         self._transport.emit(ev.TranscriptFinalized(turn.turn_id, self._clock(), turn.user_text))
         over = self._turns.get(turn.spoken_over) if turn.spoken_over is not None else None
         said = over.reply.text if over is not None and over.reply is not None else ""
-        cmds = self._machine.transcribed(turn.turn_id, turn.user_text, said)
-        self._execute(cmds)
-        verdict = next((c for c in cmds if isinstance(c, te.Answer | te.Dismiss)), None)
-        if verdict is not None and verdict.interruption is not None:
+        transcribed = self._machine.transcribed(turn.turn_id, turn.user_text, said)
+        self._execute(list(transcribed.commands))
+        verdict = transcribed.verdict
+        if isinstance(verdict, te.Answer | te.Dismiss) and verdict.interruption is not None:
             turn.ledger.interruption = verdict.interruption
         if not isinstance(verdict, te.Answer):
             return  # no words, a backchannel, echo or noise over a reply, or kept: no reply

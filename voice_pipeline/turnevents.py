@@ -222,3 +222,16 @@ Command = (
     | Keep
     | Dismiss
 )
+
+#: the machine's verdict on a turn's final transcript
+Verdict = Answer | Keep | Dismiss
+
+
+@dataclass(frozen=True, slots=True)
+class Transcribed:
+    """What :meth:`TurnMachine.transcribed` makes of a final transcript: the commands to
+    carry out (the verdict among them) and the verdict itself (None: the turn was no
+    longer waiting for its words)."""
+
+    commands: tuple[Command, ...]
+    verdict: Verdict | None

@@ -55,6 +55,7 @@ from voice_pipeline.turnevents import (
     Speculate,
     StartReply,
     StopSpeculating,
+    Transcribed,
     TurnOptions,
 )
 from voice_pipeline.turnphases import (
@@ -191,22 +192,25 @@ class TurnMachine:
             self._endpoint(step, cmds)
         return cmds
 
-    def transcribed(self, turn_id: int, text: str, said: str = "") -> list[Command]:
+    def transcribed(self, turn_id: int, text: str, said: str = "") -> Transcribed:
         """The final transcript of a turn that ended; ``said``: the text of the reply it
         was spoken over, if any (to tell echo of it apart)."""
         t = self._turns.get(turn_id)
         if t is None or t.phase not in REPLY_PHASES:
-            return []
+            return Transcribed((), None)
         over = self._turns.get(t.spoken_over) if t.spoken_over is not None else None
+        before: list[Command] = []
         if t.spoken_over is None:
-            return [self._verdict(turn_id, None) if text else Dismiss(turn_id, None)]
-        if over is None or over.phase not in HEARD_PHASES:  # confirmed already, or over
+            kind = None
+        elif over is None or over.phase not in HEARD_PHASES:  # confirmed already, or over
             kind = InterruptionKind.WORDS if text else InterruptionKind.NO_WORDS
-            return [self._verdict(turn_id, kind) if text else Dismiss(turn_id, kind)]
-        kind = classify_interruption(text, self._barge_in.backchannels, said)
-        if kind is InterruptionKind.WORDS:
-            return [*self._confirm(over, CancelReason.WORDS), self._verdict(turn_id, kind)]
-        return [*self._false_interruption(over, kind), Dismiss(turn_id, kind)]
+        else:
+            kind = classify_interruption(text, self._barge_in.backchannels, said)
+            ok = kind is InterruptionKind.WORDS
+            before = self._confirm(over, CancelReason.WORDS) if ok else self._false_interruption(over, kind)
+        answer = text and kind in (None, InterruptionKind.WORDS)
+        verdict = self._verdict(turn_id, kind) if answer else Dismiss(turn_id, kind)
+        return Transcribed((*before, verdict), verdict)
 
     def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
         t = self._turns.get(turn_id)
