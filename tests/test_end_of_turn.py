@@ -179,3 +179,21 @@ def test_abandon_leaves_the_turn_without_an_action() -> None:
     ep.abandon()
     assert not ep.in_turn
     assert feed(ep, "......") == []
+
+
+@pytest.mark.parametrize(
+    ("configured", "for_this_cpu", "room", "expected"),
+    [
+        ("auto", "early", True, "early"),  # AVX2: at the pause, beside the decode
+        ("auto", "words", True, "words"),  # AVX-512
+        ("auto", None, True, "words"),  # nothing chosen: after the words
+        ("pause", "words", True, "pause"),  # configured wins
+        ("early", None, False, "words"),  # the machine is full: not before the words
+        ("pause", None, False, "words"),
+        ("words", "early", False, "words"),
+    ],
+)
+def test_when_the_turn_model_runs(
+    configured: str, for_this_cpu: str | None, room: bool, expected: str
+) -> None:
+    assert EndOfTurnPolicy.model_start(configured, for_this_cpu, room) == expected

@@ -146,6 +146,16 @@ class EndOfTurnPolicy:
         }[kind]
         return ms, rule
 
+    @staticmethod
+    def model_start(configured: str, for_this_cpu: str | None, room: bool) -> str:
+        """When the audio turn model runs in a pause: ``words`` (once the speculative words
+        are in), ``early`` (at the pause, beside the decode; its verdict used as with
+        ``words``) or ``pause`` (at the pause, its verdict used at once). ``auto`` takes the
+        choice made for this CPU (``for_this_cpu``, ``words`` if none); a start before the
+        words needs ``room`` (no other session's speculation fills the machine)."""
+        start = (for_this_cpu or "words") if configured == "auto" else configured
+        return start if start == "words" or room else "words"
+
     def _sound(self, p: float | None) -> Sound:
         if not self.uses_model:
             return Sound.OFF

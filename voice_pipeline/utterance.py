@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 
 from asr.streaming import PartialTranscript, UtteranceTranscriber
 from llm.base import ChatMessage
-from vad.end_of_turn import Cue, transcript_cue
+from vad.end_of_turn import Cue, EndOfTurnPolicy, transcript_cue
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.reply import clause_chunker
@@ -143,7 +143,9 @@ class Utterance:
             self.transcriber.speculate()
         model = self._engines.turn is not None and self._cfg.turn.semantic
         audio = self.transcriber.audio()  # what the turn model hears: the utterance up to the pause
-        start = self._model_start() if model else None
+        tuning, room = self._engines.tuning, self._engines.speculation.has_room
+        chosen = None if tuning is None else tuning.turn_model_start
+        start = EndOfTurnPolicy.model_start(self._cfg.turn.model_start, chosen, room) if model else None
         then: NDArray[np.float32] | asyncio.Task[_Verdict] | None = None
         if start == "words":
             then = audio
@@ -154,16 +156,6 @@ class Utterance:
             self._evidence.append(then)  # dropped with the rest
         if start == "pause":
             self._evidence.append(self._spawn(self._sound(speech_end, audio), f"turn-model-{self.turn_id}"))
-
-    def _model_start(self) -> str:
-        """When the turn model runs: as configured, or for ``auto`` as chosen for the CPU
-        (:func:`voice_pipeline.tuning.choose_turn_model_start`). It starts at the pause only
-        while the machine has room (no other session's speculation fills the budget)."""
-        start: str = self._cfg.turn.model_start
-        if start == "auto":
-            tuning = self._engines.tuning
-            start = "words" if tuning is None else tuning.turn_model_start
-        return start if start == "words" or self._engines.speculation.has_room else "words"
 
     def stop_speculating(self) -> None:
         self.paused = False
