@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import inspect
 import json
 from typing import Any
 
@@ -55,8 +54,6 @@ def _with_tools(config: Config) -> Config:
 
 
 async def test_a_tool_s_value_is_spoken_on_ws(engines: Engines, config: Config, whisper: Any) -> None:
-    if "tools" not in inspect.signature(engines.llm.stream).parameters:
-        pytest.skip("the LLM engine does not take tools yet (issue #19 part 1)")
     async with running_server(engines, _with_tools(config)) as srv, voice_client(ws_url(srv)) as client:
         await client.start(output_sample_rate=OUT_RATE)
         client.start_microphone()
@@ -96,8 +93,6 @@ async def test_a_tool_s_value_is_spoken_on_a_phone_call(
     engines: Engines, config: Config, whisper: Any
 ) -> None:
     """The same through the Twilio Media Streams bridge: 8 kHz µ-law in and out."""
-    if "tools" not in inspect.signature(engines.llm.stream).parameters:
-        pytest.skip("the LLM engine does not take tools yet (issue #19 part 1)")
     token = "s3cret-token"
     async with (
         running_server(engines, _with_tools(config), twilio_token=token) as srv,
@@ -125,8 +120,6 @@ LONG_FILLER = "One moment please, I am looking that up for you right now, it wil
 async def test_barge_in_during_a_tool(engines: Engines, config: Config, cancel: bool) -> None:
     """The tool is held; its filler plays; the user speaks over it. A cancellable call is
     cancelled and says so; a call that must finish still reports its result afterwards."""
-    if "tools" not in inspect.signature(engines.llm.stream).parameters:
-        pytest.skip("the LLM engine does not take tools yet (issue #19 part 1)")
     tool_fixtures.gate = asyncio.Event()
     tool_fixtures.booked.clear()
     name = "slow_lookup" if cancel else "finish_booking"
@@ -174,8 +167,6 @@ async def test_barge_in_during_a_tool(engines: Engines, config: Config, cancel: 
 async def test_a_tool_that_times_out_or_raises_gets_the_apology(
     engines: Engines, config: Config, whisper: Any, name: str
 ) -> None:
-    if "tools" not in inspect.signature(engines.llm.stream).parameters:
-        pytest.skip("the LLM engine does not take tools yet (issue #19 part 1)")
     d = dataclasses.replace(config.dialogue, tools=(f"tool_fixtures:{name}",), tool_choice="required")
     async with (
         running_server(engines, dataclasses.replace(config, dialogue=d)) as srv,
