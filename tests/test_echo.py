@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import soxr
 from numpy.typing import NDArray
 
 from voice_pipeline.echo import echo_residual_db
@@ -51,6 +52,41 @@ def test_echo_plus_speech_at_the_same_level_is_about_minus_3_db() -> None:
     echo = echo_of(REF, 1600, 0.5)
     user = USER * np.float32(np.sqrt(np.mean(echo.astype(np.float64) ** 2) / np.mean(USER**2)))
     assert echo_residual_db(echo + user, REF, MAX_LAG) == pytest.approx(-3.0, abs=1.0)
+
+
+def fractional_echo(reference: NDArray[np.float32], delay: float, gain: float) -> NDArray[np.float32]:
+    """``echo_of`` for a delay between samples (band-limited shift, done in frequency)."""
+    spec = np.fft.rfft(reference.astype(np.float64))
+    k = np.arange(len(spec))
+    shifted = np.fft.irfft(spec * np.exp(-2j * np.pi * k * delay / len(reference)), len(reference))
+    return (gain * shifted[MAX_LAG : MAX_LAG + N]).astype(np.float32)
+
+
+def hiss(n: int, seed: int) -> NDArray[np.float32]:
+    """Fricatives: white noise at Piper's 22050 Hz, resampled to the pipeline's rate as the
+    reply is -- energy up to the band edge, where a half-sample offset turns the phase."""
+    white = np.random.default_rng(seed).standard_normal(n * 22050 // RATE + 64)
+    out = soxr.resample(white, 22050, RATE, quality="HQ")[:n]
+    return (0.05 * out / np.std(out)).astype(np.float32)
+
+
+HISS = hiss(N + MAX_LAG, seed=4)
+
+
+@pytest.mark.parametrize("reference", [REF, HISS], ids=["voiced", "hiss"])
+@pytest.mark.parametrize("delay", [8.5, 1600.3, 4000.5])
+def test_an_echo_delayed_between_samples_is_echo(reference: NDArray[np.float32], delay: float) -> None:
+    """A real echo path's delay is no whole number of samples, and the listener's
+    resampler and the reference's need not agree on the phase; one sample-aligned copy
+    then explains little of a hiss."""
+    assert echo_residual_db(fractional_echo(reference, delay, 0.5), reference, MAX_LAG) < -15.0
+
+
+def test_a_short_filter_does_not_explain_the_user() -> None:
+    assert echo_residual_db(USER, HISS, MAX_LAG) > -1.0
+    echo = fractional_echo(HISS, 1600.5, 0.5)
+    user = USER * np.float32(np.sqrt(np.mean(echo.astype(np.float64) ** 2) / np.mean(USER**2)))
+    assert echo_residual_db(echo + user, HISS, MAX_LAG) == pytest.approx(-3.0, abs=1.0)
 
 
 def test_speech_alone_is_not_explained() -> None:

@@ -5,12 +5,16 @@ speakers) the microphone hears the assistant's reply again, delayed and
 attenuated. The server knows exactly what it sent, so for a window of
 microphone audio it looks for the delay (0..``max_lag``) at which the sent
 reference best explains the window, fits the gain by least squares, and
-reports how much energy is left once that scaled, delayed reference is
-subtracted (:func:`echo_residual_db`). Close to 0 dB: the reference explains
+reports how much energy is left once that delayed reference, through a short
+filter fitted by least squares around the delay, is subtracted
+(:func:`echo_residual_db`). The filter, not one gain: a real echo's delay is no
+whole number of samples, and the listener's resampler and the reference's need
+not agree on the phase; one sample-aligned copy then explains little of a hiss
+("s", "f"), and the assistant's own fricatives were heard as the user. Close to 0 dB: the reference explains
 nothing (the user is speaking, or nothing was playing). Strongly negative:
 the window is the assistant's own voice.
 
-Limits: one delay and one gain -- a linear, single-path echo. Real rooms add
+Limits: one delay and a short filter -- a linear, single-path echo. Real rooms add
 reverberation and loudspeaker distortion that leave a larger residual; such
 echo is then caught later, when its transcript turns out to repeat the
 assistant's own words (:mod:`voice_pipeline.bargein`). Clients with their own
@@ -34,6 +38,9 @@ if TYPE_CHECKING:
     from voice_pipeline.inputbuf import InputHistory
 
 _SILENT = 1e-7  # mean square below this is treated as silence (about -70 dBFS)
+#: taps of the filter fitted around the best delay (+-4 samples: a fractional delay and
+#: a loudspeaker's mild colouring; far too few to explain a 128 ms window of the user)
+ECHO_TAPS = 9
 
 
 def echo_residual_db(mic: NDArray[np.float32], reference: NDArray[np.float32], max_lag: int) -> float:
@@ -60,8 +67,20 @@ def echo_residual_db(mic: NDArray[np.float32], reference: NDArray[np.float32], m
     cum = np.concatenate([[0.0], np.cumsum(r * r)])
     e_ref = cum[n : n + max_lag + 1] - cum[: max_lag + 1]
     explained = np.where(e_ref > _SILENT * n, np.square(c) / np.maximum(e_ref, 1e-30), 0.0)
-    residual = max(e_mic - float(explained.max()), e_mic * 1e-6)
-    return float(10.0 * np.log10(residual / e_mic))
+    best = int(explained.argmax())
+    residual = min(e_mic - float(explained[best]), _filtered_residual(x, r, best, max_lag))
+    return float(10.0 * np.log10(max(residual, e_mic * 1e-6) / e_mic))
+
+
+def _filtered_residual(x: NDArray[np.float64], r: NDArray[np.float64], best: int, max_lag: int) -> float:
+    """Energy of ``x`` left after the least-squares filter of :data:`ECHO_TAPS` taps on
+    the reference segments around ``r[best : best + len(x)]``."""
+    n, half = len(x), ECHO_TAPS // 2
+    taps = range(max(0, best - half), min(max_lag, best + half) + 1)
+    a = np.stack([r[j : j + n] for j in taps], axis=1)
+    g, *_ = np.linalg.lstsq(a, x, rcond=None)
+    e = x - a @ g
+    return float(np.dot(e, e))
 
 
 class EchoGate:
