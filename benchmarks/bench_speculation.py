@@ -44,9 +44,9 @@ from asr import build_asr
 from voice_pipeline.bench.paused import COMPLETE_QUESTIONS
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import percentile
+from voice_pipeline.ledger.ledger import percentile
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.models import prepare_models
-from voice_pipeline.records import TurnRecord
 from voice_pipeline.runner import run_audio
 from voice_pipeline.tuning import this_cpu
 

@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/soak.py --minutes 60 --tracemalloc --json soak.json
     .venv/bin/python benchmarks/soak.py --minutes 60 --real     # real models, espeak-ng question
 
-A :class:`~voice_pipeline.session.Session` talks to a simulated WebSocket client
+A :class:`~voice_pipeline.conversation.session.Session` talks to a simulated WebSocket client
 through the server's own transport (:class:`WebSocketTransport` over an
 :class:`Outbound` whose socket is the simulated client): the client speaks for a
 second every 8 s, listens to the reply in (simulated) real time, reports what it
@@ -51,10 +51,10 @@ sys.path.insert(0, str(ROOT / "tests"))  # the fake engines
 from fakes import FakeClock, Fakes, counting_executor, tone  # noqa: E402
 
 from voice_pipeline.config import Config, load_config  # noqa: E402
+from voice_pipeline.conversation.session import Session  # noqa: E402
 from voice_pipeline.edge.outbound import Outbound  # noqa: E402
 from voice_pipeline.engines import Engines  # noqa: E402
 from voice_pipeline.server.transport import WebSocketTransport  # noqa: E402
-from voice_pipeline.session import Session  # noqa: E402
 
 RATE = 16000
 OUT_RATE = 16000

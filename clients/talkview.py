@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from voice_pipeline.records import StageName, TurnRecord
+from voice_pipeline.ledger.records import StageName, TurnRecord
 from voice_pipeline.wire.server_messages import (
     AssistantText,
     ErrorReported,

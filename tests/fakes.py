@@ -43,12 +43,12 @@ from llm.base import (
     PrefillResult,
     ToolOffer,
 )
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.events import Event, TurnCompleted
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.playout import Playout
-from voice_pipeline.records import TurnRecord
-from voice_pipeline.session import Session
 from voice_pipeline.tuning import Tuning
 
 RATE = 16000

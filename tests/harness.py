@@ -13,8 +13,8 @@ import pytest
 from fakes import Driver, FakeClock, Fakes, RecordingTransport
 
 from voice_pipeline.config import BudgetConfig, Config
-from voice_pipeline.records import TurnRecord
-from voice_pipeline.session import Session
+from voice_pipeline.conversation.session import Session
+from voice_pipeline.ledger.records import TurnRecord
 
 REPLY = (
     "Sure, the answer is forty two. It is the meaning of life, the universe and everything. Anything else?"

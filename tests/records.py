@@ -6,7 +6,13 @@ import dataclasses
 from typing import Any
 
 from vad.end_of_turn import Cue, Rule
-from voice_pipeline.records import BudgetBreach, EndOfTurnRecord, SpeculationRecord, TurnRecord, WorkAccount
+from voice_pipeline.ledger.records import (
+    BudgetBreach,
+    EndOfTurnRecord,
+    SpeculationRecord,
+    TurnRecord,
+    WorkAccount,
+)
 
 
 def turn_record(turn_id: int = 1, **fields: Any) -> TurnRecord:

@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("voice_pipeline", "asr", "llm", "tts", "vad", "clients")
 #: layers: a module belongs to the first of these prefixes it starts with
 LAYERS = (
+    "voice_pipeline.conversation",
+    "voice_pipeline.turntaking",
+    "voice_pipeline.ledger",
     "voice_pipeline.server",
     "voice_pipeline.telephony",
     "voice_pipeline.realtime",
@@ -27,6 +30,27 @@ LAYERS = (
     "clients",
 )
 MAX_LINES = 500
+#: the core of a conversation: who has the floor, the runtime that carries it out, the ledger
+CORE = (
+    "voice_pipeline.turntaking",
+    "voice_pipeline.conversation",
+    "voice_pipeline.ledger",
+    "voice_pipeline.tools",
+)
+#: ways in and out (protocols, the file runner), and the command line: the core knows none of them
+EDGES = (
+    "voice_pipeline.edge",
+    "voice_pipeline.server",
+    "voice_pipeline.telephony",
+    "voice_pipeline.realtime",
+    "voice_pipeline.wire",
+    "voice_pipeline.bench",
+    "voice_pipeline.deploy",
+    "voice_pipeline.runner",
+    "voice_pipeline.cli",
+    "voice_pipeline.doctor",
+    "clients",
+)
 
 
 def module_name(path: Path) -> str:
@@ -146,6 +170,25 @@ def test_no_circle_between_layers() -> None:
         mine = layer(module)
         layers.setdefault(mine, set()).update(layer(d) for d in deps if layer(d) != mine)
     assert cycles(layers) == []
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _under(m, CORE)))
+def test_the_core_imports_no_edge_and_no_cli(module: str) -> None:
+    assert sorted(d for d in GRAPH[module] if _under(d, EDGES)) == []
+
+
+def test_the_turn_machine_is_below_the_runtime_and_the_ledger() -> None:
+    """Layers inside the core: turn-taking knows neither the runtime nor the ledger;
+    the ledger does not know the runtime."""
+    below = {"voice_pipeline.turntaking": ("voice_pipeline.conversation", "voice_pipeline.ledger")}
+    below["voice_pipeline.ledger"] = ("voice_pipeline.conversation",)
+    for package, above in below.items():
+        for module in (m for m in MODULES if _under(m, (package,))):
+            assert sorted(d for d in GRAPH[module] if _under(d, above)) == [], module
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

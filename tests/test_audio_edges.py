@@ -30,10 +30,10 @@ from vad.base import VAD
 from voice_pipeline import events as ev
 from voice_pipeline.audio import finite_audio, resample, to_int16
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.engines import Engines
 from voice_pipeline.runner import RunResult, run_audio
 from voice_pipeline.server.app import VoiceServer
-from voice_pipeline.session import Session
 
 QUESTION = "What is the capital of France?"
 MAX_WER = 0.5

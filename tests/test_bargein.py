@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from voice_pipeline.bargein import (
+from voice_pipeline.config import DEFAULT_BACKCHANNELS, BargeInConfig
+from voice_pipeline.turntaking.bargein import (
     GAP_MS,
     BargeInAction,
     BargeInTracker,
@@ -14,7 +15,6 @@ from voice_pipeline.bargein import (
     classify_interruption,
     words_of,
 )
-from voice_pipeline.config import DEFAULT_BACKCHANNELS, BargeInConfig
 
 MS = 1_000_000
 T0 = 7_000 * MS

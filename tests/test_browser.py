@@ -32,7 +32,7 @@ from servers import running_server
 from speech import concat, espeak, normalize, silence
 from tool_fixtures import CAPITAL
 
-from voice_pipeline.ledger import CRITICAL_PATH, TOOL_PATH
+from voice_pipeline.ledger.ledger import CRITICAL_PATH, TOOL_PATH
 from voice_pipeline.server.app import VoiceServer
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from speech import concat, espeak, normalize, silence, word_error_rate
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.runner import EchoPath, RunResult, run_audio
-from voice_pipeline.session import Session
 
 if TYPE_CHECKING:
     from voice_pipeline.config import Config

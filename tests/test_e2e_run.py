@@ -15,8 +15,8 @@ from speech import concat, espeak, normalize, silence, word_error_rate
 
 from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import COMPUTE_SPANS, CRITICAL_PATH
-from voice_pipeline.records import Span
+from voice_pipeline.ledger.ledger import COMPUTE_SPANS, CRITICAL_PATH
+from voice_pipeline.ledger.records import Span
 from voice_pipeline.runner import RunResult, run_audio
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import pytest
 import soxr
 from numpy.typing import NDArray
 
-from voice_pipeline.echo import echo_residual_db
+from voice_pipeline.turntaking.echo import echo_residual_db
 
 RATE = 16000
 N = 2048  # 128 ms, the session's window

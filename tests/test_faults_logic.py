@@ -9,14 +9,14 @@ import pytest
 from test_server_transport import FakeSocket
 
 from llm.base import ChatMessage, HealthTracker, LLMHealth
-from voice_pipeline.edge.outbound import Outbound
-from voice_pipeline.history import (
+from voice_pipeline.conversation.history import (
     MESSAGE_OVERHEAD_TOKENS,
     estimate_tokens,
     fit_history,
     message_tokens,
     request_budget,
 )
+from voice_pipeline.edge.outbound import Outbound
 
 S = 1_000_000_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from voice_pipeline.heard import SpokenClause, heard_text
+from voice_pipeline.conversation.heard import SpokenClause, heard_text
 
 TWO = [SpokenClause("Hello there.", 1200), SpokenClause("How are you today?", 1800)]
 

@@ -1,11 +1,11 @@
-"""What enters the history when a turn ends (pure: voice_pipeline.history.admits)."""
+"""What enters the history when a turn ends (pure: voice_pipeline.conversation.history.admits)."""
 
 from __future__ import annotations
 
 import pytest
 
-from voice_pipeline.bargein import InterruptionKind
-from voice_pipeline.history import admits
+from voice_pipeline.conversation.history import admits
+from voice_pipeline.turntaking.bargein import InterruptionKind
 
 K = InterruptionKind
 

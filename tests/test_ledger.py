@@ -9,7 +9,7 @@ import random
 import pytest
 
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import (
+from voice_pipeline.ledger.ledger import (
     BARGE_IN_STOP,
     CRITICAL_PATH,
     STAGES,
@@ -21,7 +21,7 @@ from voice_pipeline.ledger import (
     critical_path,
     percentile,
 )
-from voice_pipeline.records import BudgetBreach, TurnRecord, WorkAccount
+from voice_pipeline.ledger.records import BudgetBreach, TurnRecord, WorkAccount
 
 MS = 1_000_000
 T0 = 5_000 * MS  # a non-zero origin, like time.monotonic_ns()

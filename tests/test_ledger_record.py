@@ -9,8 +9,8 @@ from records import full_record, turn_record
 
 from vad.end_of_turn import Cue, Rule
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import Mark, TurnLedger
-from voice_pipeline.records import EndOfTurnRecord, TurnRecord, WorkAccount
+from voice_pipeline.ledger.ledger import Mark, TurnLedger
+from voice_pipeline.ledger.records import EndOfTurnRecord, TurnRecord, WorkAccount
 
 ORIGINS = [0, 5_000_000_000, 123_456_789_012]
 

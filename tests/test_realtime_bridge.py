@@ -17,7 +17,9 @@ from realtime_support import PROFILE
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig, Config
-from voice_pipeline.ledger import TurnLedger
+from voice_pipeline.conversation.steering import ReplyOptions
+from voice_pipeline.ledger.ledger import TurnLedger
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.realtime import client_events as ce
 from voice_pipeline.realtime.audio import AudioFormat
 from voice_pipeline.realtime.bridge import RealtimeBridge, steering
@@ -33,9 +35,7 @@ from voice_pipeline.realtime.server_events import (
 )
 from voice_pipeline.realtime.session_config import initial_config
 from voice_pipeline.realtime.session_update import parse_session
-from voice_pipeline.records import TurnRecord
-from voice_pipeline.steering import ReplyOptions
-from voice_pipeline.turnevents import Detection, TurnOptions
+from voice_pipeline.turntaking.messages import Detection, TurnOptions
 
 CFG = Config()
 T = 1_000_000_000  # any monotonic time: the bridge does not read clocks

@@ -19,7 +19,9 @@ from realtime_support import PROFILE, TOOLS_PROFILE
 from llm.base import ChatMessage, ToolCall, ToolMode, ToolOffer, ToolSpec
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig, Config
-from voice_pipeline.ledger import TurnLedger
+from voice_pipeline.conversation.steering import ReplyRequest
+from voice_pipeline.ledger.ledger import TurnLedger
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.realtime.bridge import RealtimeBridge
 from voice_pipeline.realtime.calls import call_error
 from voice_pipeline.realtime.client_events import CreateItem, ResponseParams
@@ -51,8 +53,6 @@ from voice_pipeline.realtime.server_events import (
 from voice_pipeline.realtime.session_config import ServerProfile
 from voice_pipeline.realtime.session_update import parse_session
 from voice_pipeline.realtime.tools import ToolChoiceFunction, ToolChoiceMode
-from voice_pipeline.records import TurnRecord
-from voice_pipeline.steering import ReplyRequest
 
 CFG = Config()
 T = 1_000_000_000

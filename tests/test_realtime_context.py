@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from llm.base import ChatMessage, ToolCall
-from voice_pipeline.heard import SpokenClause
-from voice_pipeline.history import History, message_tokens
+from voice_pipeline.conversation.heard import SpokenClause
+from voice_pipeline.conversation.history import History, message_tokens
 from voice_pipeline.realtime.context import RealtimeContext, chat_tokens, fit_request, render
 from voice_pipeline.realtime.conversation import Conversation
 from voice_pipeline.realtime.ids import Ids

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llm.base import ChatMessage, ToolCall
-from voice_pipeline.heard import SpokenClause
+from voice_pipeline.conversation.heard import SpokenClause
 from voice_pipeline.realtime.conversation import (
     Conversation,
     chat_json,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from realtime_support import PROFILE
 
-from voice_pipeline.heard import SpokenClause
+from voice_pipeline.conversation.heard import SpokenClause
 from voice_pipeline.realtime.client_events import ConversationMode, ResponseParams
 from voice_pipeline.realtime.conversation import Conversation
 from voice_pipeline.realtime.errors import ErrorCode, ErrorType, ProtocolError, RealtimeClientError

@@ -11,7 +11,7 @@ import numpy as np
 from fakes import FakeClock, RecordingTransport
 from numpy.typing import NDArray
 
-from voice_pipeline.reply import ReplySpeaker
+from voice_pipeline.conversation.reply import ReplySpeaker
 
 RATE = 1000
 TURN = 3

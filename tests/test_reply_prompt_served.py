@@ -15,9 +15,9 @@ from fakes import FakeLLM, FakeTTS
 from llm.base import ChatMessage, LLMDelta
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, BudgetConfig, Config
+from voice_pipeline.conversation.reply import Phrases, Reply, ReplyDeps, ReplySpeaker
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import Mark, TurnLedger
-from voice_pipeline.reply import Phrases, Reply, ReplyDeps, ReplySpeaker
+from voice_pipeline.ledger.ledger import Mark, TurnLedger
 from voice_pipeline.runner import FileTransport, MediaClock
 
 QUESTION = [

@@ -25,7 +25,7 @@ from wsclient import VoiceClient, voice_client
 from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import CRITICAL_PATH
+from voice_pipeline.ledger.ledger import CRITICAL_PATH
 from voice_pipeline.server.app import VoiceServer
 
 pytestmark = pytest.mark.real_models

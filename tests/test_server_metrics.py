@@ -14,7 +14,7 @@ import pytest
 from test_server_protocol import record
 
 from voice_pipeline import events as ev
-from voice_pipeline.records import BudgetBreach, EndOfTurnRecord
+from voice_pipeline.ledger.records import BudgetBreach, EndOfTurnRecord
 from voice_pipeline.server.metrics import ProcessStats, ProcessTree, ServerMetrics, parse_proc_stat
 
 SAMPLE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+Inf-]+$')

@@ -10,8 +10,8 @@ import pytest
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import ALL_STAGES
-from voice_pipeline.records import BudgetBreach, TurnRecord, WorkAccount
+from voice_pipeline.ledger.ledger import ALL_STAGES
+from voice_pipeline.ledger.records import BudgetBreach, TurnRecord, WorkAccount
 from voice_pipeline.server.protocol import (
     Capabilities,
     ClientMessageError,

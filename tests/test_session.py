@@ -36,9 +36,9 @@ from llm.base import ChatMessage
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.config import BargeInConfig, Config
+from voice_pipeline.conversation.history import message_tokens
 from voice_pipeline.errors import EngineError, VoicePipelineError
-from voice_pipeline.history import message_tokens
-from voice_pipeline.ledger import CRITICAL_PATH
+from voice_pipeline.ledger.ledger import CRITICAL_PATH
 from voice_pipeline.runner import run_audio
 
 MS = 1_000_000

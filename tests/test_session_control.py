@@ -16,10 +16,10 @@ from fakes import Driver, FakeClock, Fakes, RecordingTransport
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
 from voice_pipeline.config import Config
-from voice_pipeline.history import History
-from voice_pipeline.session import Session
-from voice_pipeline.steering import ReplyOptions, ReplyRequest
-from voice_pipeline.turnevents import Detection, TurnOptions
+from voice_pipeline.conversation.history import History
+from voice_pipeline.conversation.session import Session
+from voice_pipeline.conversation.steering import ReplyOptions, ReplyRequest
+from voice_pipeline.turntaking.messages import Detection, TurnOptions
 
 REPLY = "Sure, the answer is forty two. It is the meaning of life and everything."
 MANUAL = TurnOptions(Detection.MANUAL, auto_reply=False)

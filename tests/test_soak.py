@@ -24,8 +24,8 @@ from voice_pipeline.config import BudgetConfig
 from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.edge.playback import ListenerTimeline
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import KEEP_RECORDS, KEEP_SAMPLES, SessionLedger
-from voice_pipeline.records import TurnRecord, WorkAccount
+from voice_pipeline.ledger.ledger import KEEP_RECORDS, KEEP_SAMPLES, SessionLedger
+from voice_pipeline.ledger.records import TurnRecord, WorkAccount
 from voice_pipeline.server.transport import WebSocketTransport
 from voice_pipeline.telephony.audiosocket_server import AudioSocketTransport
 from voice_pipeline.telephony.twilio_transport import TwilioTransport

@@ -14,9 +14,10 @@ from harness import REPLY, Harness, base_config, make_harness
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import Config
-from voice_pipeline.records import SpeculationRecord
-from voice_pipeline.reply import clause_chunker
-from voice_pipeline.speculation import SpeculationAccount, SpeculationBudget, default_speculation_limit
+from voice_pipeline.conversation.reply import clause_chunker
+from voice_pipeline.conversation.speculation import SpeculationAccount
+from voice_pipeline.engines import SpeculationBudget, default_speculation_limit
+from voice_pipeline.ledger.records import SpeculationRecord
 
 
 def first_chunk(text: str, cfg: Config) -> str:

@@ -26,7 +26,7 @@ from wsclient import voice_client
 
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import CRITICAL_PATH
+from voice_pipeline.ledger.ledger import CRITICAL_PATH
 from voice_pipeline.runner import RunResult, run_audio, write_report
 from voice_pipeline.telemetry.config import TelemetryConfig
 from voice_pipeline.telemetry.export import Telemetry

@@ -27,8 +27,8 @@ from llm.remote import RemoteVLLM
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config, LLMConfig
-from voice_pipeline.ledger import Mark
-from voice_pipeline.records import TurnRecord
+from voice_pipeline.ledger.ledger import Mark
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.telemetry.config import TelemetryConfig
 from voice_pipeline.telemetry.export import Telemetry
 from voice_pipeline.telemetry.session import SessionTrace

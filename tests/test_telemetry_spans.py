@@ -9,14 +9,14 @@ import json
 import pytest
 
 from vad.end_of_turn import Cue, Rule
-from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import BudgetConfig, load_config
 from voice_pipeline.errors import ConfigError
-from voice_pipeline.ledger import CRITICAL_PATH, TOOL_PATH, Mark, TurnLedger
-from voice_pipeline.records import EndOfTurnRecord, FailedStage, SpeculationRecord, TurnRecord
+from voice_pipeline.ledger.ledger import CRITICAL_PATH, TOOL_PATH, Mark, TurnLedger
+from voice_pipeline.ledger.records import EndOfTurnRecord, FailedStage, SpeculationRecord, TurnRecord
 from voice_pipeline.telemetry import context
 from voice_pipeline.telemetry.config import TelemetryConfig, resolve
 from voice_pipeline.telemetry.spans import CRITICAL, STAGE, SpanSpec, TurnOptions, is_content, turn_span
+from voice_pipeline.turntaking.bargein import InterruptionKind
 
 MS = 1_000_000
 BUDGET = BudgetConfig()

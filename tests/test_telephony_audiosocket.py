@@ -21,8 +21,8 @@ from speech import espeak, word_error_rate
 
 from voice_pipeline.audio import resample, to_float32, to_int16
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.engines import Engines
-from voice_pipeline.session import Session
 from voice_pipeline.telephony.audiosocket import Kind, frame
 from voice_pipeline.telephony.audiosocket_server import AudioSocketServer
 

@@ -20,12 +20,12 @@ from llm.base import ChatMessage, LLMDelta, ToolCallDelta, ToolMode, ToolOffer
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import BudgetConfig, Config
+from voice_pipeline.conversation.history import History
+from voice_pipeline.conversation.reply import Phrases, Reply, ReplyDeps, ReplyOptions, ReplySpeaker
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
-from voice_pipeline.history import History
-from voice_pipeline.ledger import Mark, TurnLedger
-from voice_pipeline.records import StageName
-from voice_pipeline.reply import Phrases, Reply, ReplyDeps, ReplyOptions, ReplySpeaker
+from voice_pipeline.ledger.ledger import Mark, TurnLedger
+from voice_pipeline.ledger.records import StageName
 from voice_pipeline.runner import FileTransport, MediaClock
 from voice_pipeline.tools.loop import CANCELLED, STILL_RUNNING
 from voice_pipeline.tools.runner import ToolBox

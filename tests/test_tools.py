@@ -14,12 +14,12 @@ import pytest
 
 from llm.base import ChatMessage, ToolCall, ToolMode, ToolOffer, ToolSpec
 from voice_pipeline.config import BudgetConfig, Config, load_config
+from voice_pipeline.conversation.history import History, remember
 from voice_pipeline.errors import ConfigError
-from voice_pipeline.history import History, remember
-from voice_pipeline.ledger import CRITICAL_PATH, STAGES, TOOL_PATH, TOTAL, Mark, TurnLedger, stages_of
+from voice_pipeline.ledger.ledger import CRITICAL_PATH, STAGES, TOOL_PATH, TOTAL, Mark, TurnLedger, stages_of
+from voice_pipeline.ledger.records import Span, StageName
+from voice_pipeline.ledger.report import format_turn
 from voice_pipeline.preflight import check_tools
-from voice_pipeline.records import Span, StageName
-from voice_pipeline.report import format_turn
 from voice_pipeline.tools.loop import (
     CANCELLED,
     STILL_RUNNING,

@@ -26,7 +26,7 @@ from wsclient import voice_client
 from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger import TOOL_PATH, TurnRecord
+from voice_pipeline.ledger.ledger import TOOL_PATH, TurnRecord
 from voice_pipeline.telephony import mulaw
 from voice_pipeline.telephony.twilio_connection import TwilioConnection
 from voice_pipeline.tools.loop import CANCELLED

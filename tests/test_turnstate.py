@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
-from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
-from voice_pipeline.turnevents import (
+from voice_pipeline.turntaking.bargein import InterruptionKind
+from voice_pipeline.turntaking.machine import TRANSITIONS, Phase, Step, TurnMachine, TurnState, TurnStateError
+from voice_pipeline.turntaking.messages import (
     Answer,
     BeginReply,
     BeginTurn,
@@ -43,7 +44,6 @@ from voice_pipeline.turnevents import (
     Transcribed,
     TurnOptions,
 )
-from voice_pipeline.turnstate import TRANSITIONS, Phase, Step, TurnMachine, TurnState, TurnStateError
 
 RATE = 16000
 F = 512  # samples per frame

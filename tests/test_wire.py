@@ -15,7 +15,7 @@ from clients.talkview import TurnView
 from voice_pipeline import events as ev
 from voice_pipeline.bench.caller_ws import wire_event
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.records import TurnRecord
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.server.protocol import ready, server_message
 from voice_pipeline.wire import client_messages as cm
 from voice_pipeline.wire import server_messages as sm

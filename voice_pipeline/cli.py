@@ -258,9 +258,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from voice_pipeline.audio import read_audio
     from voice_pipeline.engines import Engines
+    from voice_pipeline.ledger.report import format_summary, format_turn
     from voice_pipeline.models import prepare_models
     from voice_pipeline.preflight import check_outputs, check_tools
-    from voice_pipeline.report import format_summary, format_turn
     from voice_pipeline.runner import EchoPath, run_audio, write_output, write_report
 
     cfg = _config(args)

@@ -57,7 +57,7 @@ class VADConfig:
 @dataclass(frozen=True, slots=True)
 class TurnConfig:
     """Turn-taking: when the user has finished, and when their speech continues their turn
-    instead of interrupting the reply (see vad/end_of_turn.py and voice_pipeline/turnstate.py)."""
+    instead of interrupting the reply (see vad/end_of_turn.py and voice_pipeline/turntaking/machine.py)."""
 
     #: decide the end of a turn from the words and the sound as well as the silence; off =
     #: silence alone (``vad.end_silence_ms``)
@@ -197,7 +197,7 @@ DEFAULT_BACKCHANNELS = (
 
 @dataclass(frozen=True, slots=True)
 class BargeInConfig:
-    """When user speech interrupts the assistant (see voice_pipeline/bargein.py)."""
+    """When user speech interrupts the assistant (see voice_pipeline/turntaking/bargein.py)."""
 
     enabled: bool = True
     #: voiced user speech (echo excluded) while the assistant is audible that pauses it at once

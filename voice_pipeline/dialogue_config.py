@@ -26,7 +26,7 @@ class DialogueConfig:
     #: each request (system prompt + past turns + the new user message) is cut to about this
     #: many tokens, and the session keeps no more history than fits: oldest whole turns are
     #: dropped first; the system prompt and the new user message always stay (tokens are
-    #: estimated, see voice_pipeline.history.estimate_tokens)
+    #: estimated, see voice_pipeline.conversation.history.estimate_tokens)
     history_max_tokens: int = 1024
     #: if the first clause of the reply is not ready this long after the end of the user's
     #: speech, speak ``filler_text`` first (0 = off); the ledger records it apart
@@ -37,7 +37,7 @@ class DialogueConfig:
     #: used if the final transcript is the same, aborted if the user goes on speaking
     speculative_start: bool = True
     #: ... and synthesize the speculative reply's first chunk too, held until the endpoint
-    #: (sent at once if the reply is used, dropped unsent if not: voice_pipeline/speculation.py)
+    #: (sent at once if the reply is used, dropped unsent if not: voice_pipeline/conversation/speculation.py)
     speculative_audio: bool = True
     #: speculative replies running at once over all sessions (0 = one per two cores): beyond
     #: it a pause is not speculated on, so that speculation never starves real replies

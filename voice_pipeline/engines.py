@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,7 +15,6 @@ from tts.base import TTS
 from vad.base import VAD, TurnModel
 from voice_pipeline.config import Config
 from voice_pipeline.models import ModelPaths
-from voice_pipeline.speculation import SpeculationBudget, default_speculation_limit
 from voice_pipeline.tuning import Tuning, choose, this_cpu
 
 if TYPE_CHECKING:
@@ -30,6 +30,45 @@ def tune(cfg: Config, progress: Callable[[str], None]) -> Tuning:
     log.info("%s", tuning.summary())
     progress(tuning.summary())
     return tuning
+
+
+def default_speculation_limit(cores: int | None = None) -> int:
+    """Concurrent speculative requests a machine has room for: one per two cores, at least one."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // 2)
+
+
+class SpeculationBudget:
+    """How many speculative LLM requests may run at once, over every session of a process.
+
+    With several sessions, speculative work competes with real replies for the same
+    cores; beyond the cap a pause is not speculated on and the reply is computed after
+    the endpoint (as without speculation). ``limit`` 0 = no cap.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError("limit must be >= 0")
+        self.limit = limit
+        self.running = 0
+
+    @classmethod
+    def for_machine(cls) -> SpeculationBudget:
+        return cls(default_speculation_limit())
+
+    @property
+    def has_room(self) -> bool:
+        return not self.limit or self.running < self.limit
+
+    def try_acquire(self) -> bool:
+        if self.limit and self.running >= self.limit:
+            return False
+        self.running += 1
+        return True
+
+    def release(self) -> None:
+        self.running = max(0, self.running - 1)
 
 
 @dataclass(slots=True)

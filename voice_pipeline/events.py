@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from voice_pipeline.bargein import InterruptionKind
-    from voice_pipeline.records import FailedStage, StageName, TurnRecord
-    from voice_pipeline.turnevents import CancelReason
+    from voice_pipeline.ledger.records import FailedStage, StageName, TurnRecord
+    from voice_pipeline.turntaking.bargein import InterruptionKind
+    from voice_pipeline.turntaking.messages import CancelReason
 
 
 @dataclass(frozen=True, slots=True)

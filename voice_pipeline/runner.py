@@ -36,8 +36,8 @@ from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.edge import SessionScope
 from voice_pipeline.engines import Engines
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.playout import Playout
-from voice_pipeline.records import TurnRecord
 
 #: silence fed after the input ends, at most, while waiting for the last reply
 MAX_TAIL_S = 60.0

@@ -2,7 +2,7 @@
 
 File mode (:mod:`voice_pipeline.runner`), the WebSocket server and the
 telephony bridges implement this. Audio in is pushed by the transport into
-:meth:`voice_pipeline.session.Session.push_audio`; audio and events out go
+:meth:`voice_pipeline.conversation.session.Session.push_audio`; audio and events out go
 through the methods below.
 
 Transports keep per-turn books (clears so far, positions, played counts); over a

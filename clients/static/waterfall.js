@@ -9,7 +9,7 @@
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 
-/** Critical-path stages, in order (voice_pipeline/ledger.py CRITICAL_PATH). */
+/** Critical-path stages, in order (voice_pipeline/ledger/ledger.py CRITICAL_PATH). */
 export const STAGES = [
   { key: "endpointing", label: "Endpointing", hint: "end of speech → end of turn decided" },
   { key: "asr_final", label: "ASR final", hint: "end of turn → final transcript" },

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from voice_pipeline.bench.report import machine_lines
-from voice_pipeline.ledger import CRITICAL_PATH
+from voice_pipeline.ledger.ledger import CRITICAL_PATH
 
 COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2")
 FONT = "font-family:system-ui,sans-serif;font-size:12px"

@@ -35,8 +35,8 @@ from voice_pipeline.bench.stats import (
     summarize,
 )
 from voice_pipeline.bench.tracker import TurnResult
-from voice_pipeline.ledger import CRITICAL_PATH, STAGES, percentile
-from voice_pipeline.records import StageName
+from voice_pipeline.ledger.ledger import CRITICAL_PATH, STAGES, percentile
+from voice_pipeline.ledger.records import StageName
 
 SCHEMA = "voice-pipeline.bench/1"
 #: the bench's own microphone falling this far behind its schedule makes its figures suspect

@@ -39,7 +39,7 @@ from voice_pipeline.bench.stats import (
 from voice_pipeline.bench.tracker import TurnResult
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.connect import ServerSessionError, ServerUnreachableError, SessionRefusedError
-from voice_pipeline.ledger import STAGES
+from voice_pipeline.ledger.ledger import STAGES
 from voice_pipeline.tuning import this_cpu
 
 HTTP_TIMEOUT_S = 5.0

@@ -26,7 +26,7 @@ monotonic), not integer ns like the pipeline's events: the bench's microphone is
 that clock (``asyncio.sleep``), its figures are reported in s and ms, and nothing here
 is ever compared with a server's clock (the server's own times arrive in its records, as
 ms since its ``ready``); a double holds loop time to well under a microsecond.
-The server's latency records are the ledger's typed :class:`~voice_pipeline.ledger.TurnRecord`
+The server's latency records are the ledger's typed :class:`~voice_pipeline.ledger.ledger.TurnRecord`
 (parsed from ``turn.latency``).
 """
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voice_pipeline.bench.scenario import TurnPlan
-from voice_pipeline.records import TurnRecord
+from voice_pipeline.ledger.records import TurnRecord
 
 #: a reply sample above this (-50 dBFS of int16 full scale) is voiced
 VOICED_LEVEL = 104

@@ -6,7 +6,7 @@ Edges today: the file runner (:mod:`voice_pipeline.runner`), ``/ws``
 (:mod:`voice_pipeline.telephony.audiosocket_server`). The pieces:
 
 * :class:`SessionScope` -- one edge's session: it builds the
-  :class:`~voice_pipeline.session.Session` once the edge knows its transport
+  :class:`~voice_pipeline.conversation.session.Session` once the edge knows its transport
   (:meth:`~SessionScope.open`, or :meth:`~SessionScope.adopt` for one built
   otherwise), runs the idle deadline (:meth:`~SessionScope.receive`: the next
   message, or :data:`IDLE` once nothing moved the deadline for
@@ -73,8 +73,8 @@ from voice_pipeline import events as ev
 from voice_pipeline.audio import Float32, Int16, input_resampler, to_float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.engines import Engines
-from voice_pipeline.session import Session
 from voice_pipeline.transport import Transport
 
 log = logging.getLogger(__name__)

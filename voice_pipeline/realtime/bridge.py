@@ -6,7 +6,7 @@ config, the conversation (the LLM's one source of truth, :mod:`.context`), the
 input buffer's and each response's sequencers -- and is told everything that
 happens; it returns the server events to send. The connection
 (:mod:`.connection`) is the thin asyncio side: it parses client events, calls the
-bridge, carries out on the :class:`~voice_pipeline.session.Session` what the bridge
+bridge, carries out on the :class:`~voice_pipeline.conversation.session.Session` what the bridge
 answered (``configure``, ``commit``, ``respond``, ``cancel``, ...), and the transport
 (:mod:`.transport`) hands the session's events and audio back to the bridge.
 
@@ -50,8 +50,9 @@ import numpy as np
 
 from voice_pipeline import events as ev
 from voice_pipeline.audio import Float32, Int16
-from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.steering import ReplyRequest
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.realtime.audio import PCM_RATE_HZ, InputDecoder, OutputEncoder
 from voice_pipeline.realtime.client_events import CreateItem, ResponseParams, TruncateItem
 from voice_pipeline.realtime.context import RealtimeContext, prompt_tokens
@@ -81,8 +82,7 @@ from voice_pipeline.realtime.server_events import (
 )
 from voice_pipeline.realtime.session_config import ServerProfile, Steering, initial_config, steering
 from voice_pipeline.realtime.session_update import SessionUpdate, apply_update
-from voice_pipeline.records import TurnRecord
-from voice_pipeline.steering import ReplyRequest
+from voice_pipeline.turntaking.bargein import InterruptionKind
 
 __all__ = ["OUTPUT_RATE_HZ", "RealtimeBridge", "ResponseState", "Steering", "steering"]
 

@@ -1,10 +1,10 @@
-"""One client on ``/v1/realtime``: its events in, its :class:`~voice_pipeline.session.Session`, its writer.
+"""One client on ``/v1/realtime``: its events in, its session, its writer.
 
 The asyncio side of the endpoint, and thin: each text frame is parsed
 (:func:`~voice_pipeline.realtime.client_events.parse_client_event`), handed to the
 :class:`~voice_pipeline.realtime.bridge.RealtimeBridge` (which decides and answers
 with server events), and what the bridge asked for is carried out on the session
--- the same :class:`~voice_pipeline.session.Session` and turn machine as ``/ws``:
+-- the same :class:`~voice_pipeline.conversation.session.Session` and turn machine as ``/ws``:
 
 =============================  ==========================================================
 ``session.update``             ``Session.configure`` (turn detection, VAD, barge-in,
@@ -45,6 +45,7 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.audio import Float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
 from voice_pipeline.edge.outbound import Outbound, bound_send_buffer
 from voice_pipeline.engines import Engines
@@ -63,7 +64,6 @@ from voice_pipeline.realtime.server_events import (
 from voice_pipeline.realtime.session_config import ServerProfile, piper_voice_name, profile_from_config
 from voice_pipeline.realtime.tools import chat_template_supports_tools
 from voice_pipeline.realtime.transport import RealtimeTransport
-from voice_pipeline.session import Session
 
 log = logging.getLogger(__name__)
 

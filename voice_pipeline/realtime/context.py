@@ -3,22 +3,22 @@
 The realtime conversation (:class:`~voice_pipeline.realtime.conversation.Conversation`,
 the item store the client sees and edits) is the **one source of truth** for what
 the LLM is asked with on ``/v1/realtime``. The session's own
-:class:`~voice_pipeline.history.History` is not used there: :class:`RealtimeContext`
-is the session's :class:`~voice_pipeline.history.Context` instead, and renders the
+:class:`~voice_pipeline.conversation.history.History` is not used there: :class:`RealtimeContext`
+is the session's :class:`~voice_pipeline.conversation.history.Context` instead, and renders the
 items by the same rules the History keeps on ``/ws``:
 
 * the system message is the session's ``instructions`` (or a response's own);
 * each message item with text becomes one chat message: user audio by its
   transcript, assistant audio by its transcript -- after an interruption or a
   client's ``conversation.item.truncate`` only the words heard, marked with a
-  trailing :data:`~voice_pipeline.history.CUT_MARK` like an interrupted reply on ``/ws``;
+  trailing :data:`~voice_pipeline.conversation.history.CUT_MARK` like an interrupted reply on ``/ws``;
 * items without text (audio not transcribed yet, a reply cut before its first
   word was heard) are left out;
 * a function call is an assistant message with ``tool_calls`` (joined to the words
   or the calls of the same reply right before it), a ``function_call_output`` a
   ``tool`` message with ``tool_call_id`` (:func:`~.conversation.item_message`);
 * the request is cut to ``dialogue.history_max_tokens`` by dropping the oldest whole
-  turns (:func:`~voice_pipeline.history.fit_history`; a call and its output are in the
+  turns (:func:`~voice_pipeline.conversation.history.fit_history`; a call and its output are in the
   same turn); the system message and what is being answered always stay: the final
   user message, or -- for a response after function outputs -- the last turn, from its
   user message on (the calls and their outputs).
@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llm.base import ChatMessage
-from voice_pipeline.history import (
+from voice_pipeline.conversation.history import (
     CUT_MARK,
     GENERATION_PROMPT_TOKENS,
     estimate_tokens,
@@ -111,7 +111,7 @@ def prompt_tokens(messages: Sequence[ChatMessage]) -> int:
 
 
 class RealtimeContext:
-    """The realtime conversation as a session's :class:`~voice_pipeline.history.Context`."""
+    """The realtime conversation as a session's :class:`~voice_pipeline.conversation.history.Context`."""
 
     def __init__(self, conversation: Conversation, instructions: str, max_tokens: int) -> None:
         self.conversation = conversation

@@ -16,7 +16,7 @@ in step.
 
 Truncation (``conversation.item.truncate``) cuts an assistant audio part at
 ``audio_end_ms``, and its transcript to the words heard by then
-(:func:`voice_pipeline.heard.heard_text` over the clauses it spoke), so the
+(:func:`voice_pipeline.conversation.heard.heard_text` over the clauses it spoke), so the
 next reply is not based on words the listener never heard.
 
 :func:`chat_messages` renders items as the LLM's chat: system instructions
@@ -36,7 +36,7 @@ from typing import Any
 
 from llm.base import ChatMessage, ToolCall
 from llm.base import Role as ChatRole
-from voice_pipeline.heard import heard_text
+from voice_pipeline.conversation.heard import heard_text
 from voice_pipeline.realtime.errors import ErrorCode, RealtimeClientError, quote, refuse
 from voice_pipeline.realtime.ids import IdKind, Ids
 from voice_pipeline.realtime.items import (

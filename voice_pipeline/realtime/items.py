@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Final
 
-from voice_pipeline.heard import SpokenClause
+from voice_pipeline.conversation.heard import SpokenClause
 from voice_pipeline.realtime.errors import ErrorCode, quote, refuse
 from voice_pipeline.realtime.wire import Fields, Json, decode_base64, element
 

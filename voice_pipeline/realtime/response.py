@@ -38,8 +38,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from voice_pipeline.conversation.heard import SpokenClause
 from voice_pipeline.errors import LocalProtocolError
-from voice_pipeline.heard import SpokenClause
 from voice_pipeline.realtime.audio import AudioFormat
 from voice_pipeline.realtime.client_events import ConversationMode, ResponseParams
 from voice_pipeline.realtime.conversation import Conversation

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from voice_pipeline.conversation.steering import ReplyOptions
 from voice_pipeline.realtime.audio import OutputEncoder
 from voice_pipeline.realtime.calls import ResponseCalls
 from voice_pipeline.realtime.errors import ProtocolError
@@ -12,7 +13,6 @@ from voice_pipeline.realtime.response import ResponseSequencer, ResponseSettings
 from voice_pipeline.realtime.server_events import Usage
 from voice_pipeline.realtime.session_config import Modality
 from voice_pipeline.realtime.tools import tool_offer
-from voice_pipeline.steering import ReplyOptions
 
 
 def reply_options(settings: ResponseSettings) -> ReplyOptions:

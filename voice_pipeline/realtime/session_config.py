@@ -24,6 +24,7 @@ from pathlib import PurePath
 from typing import Final
 
 from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
+from voice_pipeline.conversation.steering import ReplyOptions
 from voice_pipeline.realtime.audio import AudioFormat, format_json
 from voice_pipeline.realtime.tools import (
     FunctionTool,
@@ -34,8 +35,7 @@ from voice_pipeline.realtime.tools import (
     tool_offer,
 )
 from voice_pipeline.realtime.wire import Json
-from voice_pipeline.steering import ReplyOptions
-from voice_pipeline.turnevents import Detection, TurnOptions
+from voice_pipeline.turntaking.messages import Detection, TurnOptions
 
 
 class Modality(enum.StrEnum):

@@ -1,4 +1,4 @@
-"""One client on ``/ws``: its frames in, its :class:`~voice_pipeline.session.Session`, its writer.
+"""One client on ``/ws``: its frames in, its session, its writer.
 
 Binary frames (PCM16 at the client's ``sample_rate``) are pushed into the session
 through the connection's :class:`~voice_pipeline.edge.SessionScope` (converted to
@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
 from voice_pipeline.edge.outbound import Outbound, bound_send_buffer
 from voice_pipeline.engines import Engines
@@ -33,7 +34,6 @@ from voice_pipeline.server.protocol import (
     ready,
 )
 from voice_pipeline.server.transport import WebSocketTransport
-from voice_pipeline.session import Session
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from voice_pipeline import events as ev
-from voice_pipeline.ledger import STAGES
+from voice_pipeline.ledger.ledger import STAGES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "voice_pipeline"

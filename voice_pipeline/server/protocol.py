@@ -18,8 +18,8 @@ from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import ALL_STAGES
-from voice_pipeline.records import TurnRecord
+from voice_pipeline.ledger.ledger import ALL_STAGES
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.wire import server_messages as sm
 from voice_pipeline.wire.client_messages import (
     KNOWN_TYPES,

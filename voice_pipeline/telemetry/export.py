@@ -45,8 +45,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.errors import ConfigError
-from voice_pipeline.ledger import CRITICAL_PATH
-from voice_pipeline.records import StageName, TurnRecord
+from voice_pipeline.ledger.ledger import CRITICAL_PATH
+from voice_pipeline.ledger.records import StageName, TurnRecord
 from voice_pipeline.telemetry.config import Signal, TelemetrySettings
 from voice_pipeline.telemetry.spans import SpanSpec
 

@@ -23,7 +23,7 @@ from opentelemetry import trace
 
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
-from voice_pipeline.ledger import Mark
+from voice_pipeline.ledger.ledger import Mark
 from voice_pipeline.telemetry import context
 from voice_pipeline.telemetry.spans import TurnOptions, turn_span
 from voice_pipeline.transport import trim_turns

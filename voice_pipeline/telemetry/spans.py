@@ -11,7 +11,7 @@ clock); nothing is timed again. The tree of one turn::
     ├── tts_first_audio          first_clause -> tts_first_audio │ turn's voice_to_voice
     ├── transport                tts_first_audio -> first_audio_sent ┘
     │   (a turn whose server-side tool ran before its first words: tool_call, tool and
-    │   tool_answer in place of first_clause -- voice_pipeline.ledger.TOOL_PATH)
+    │   tool_answer in place of first_clause -- voice_pipeline.ledger.ledger.TOOL_PATH)
     ├── barge_in                 one per pause of the reply (an interrupted reply)
     │   ├── barge_in.pause       onset of the speech over it -> the listener flushed
     │   ├── barge_in.resume      flushed -> resumed (a false interruption)  or
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import BARGE_IN_STOP, CRITICAL_PATH, TOOL_PATH, TOTAL, Mark
-from voice_pipeline.records import StageName, TurnRecord
+from voice_pipeline.ledger.ledger import BARGE_IN_STOP, CRITICAL_PATH, TOOL_PATH, TOTAL, Mark
+from voice_pipeline.ledger.records import StageName, TurnRecord
 
 AttrValue = str | bool | int | float | tuple[str, ...]
 
@@ -129,7 +129,7 @@ def _turn_attributes(record: TurnRecord, opts: TurnOptions) -> dict[str, AttrVal
         "voice.work.discarded_audio_s": _r(record.discarded_audio_s),
     }
     spec = record.speculation
-    if spec is not None:  # the speculative replies of the turn's pauses (voice_pipeline/speculation.py)
+    if spec is not None:  # the speculative replies of the turn's pauses (conversation/speculation.py)
         for name in ("prepared", "held", "released", "dropped", "skipped", "wasted_tokens"):
             a[f"voice.speculation.{name}"] = getattr(spec, name)
         a["voice.speculation.wasted_audio_s"] = _r(spec.wasted_audio_s)

@@ -1,7 +1,7 @@
 """``voice-pipeline serve --audiosocket-port N``: Asterisk AudioSocket calls over TCP.
 
 Each connection is one call (dialplan ``AudioSocket(uuid,host:port)``): the
-UUID frame opens a :class:`~voice_pipeline.session.Session`; 16-bit linear PCM
+UUID frame opens a :class:`~voice_pipeline.conversation.session.Session`; 16-bit linear PCM
 (8 kHz ``slin``, or the 0x11-0x18 higher rates) is resampled to the pipeline rate
 with soxr and pushed in; the reply goes out as 20 ms 8 kHz ``slin`` frames (320
 bytes) paced in real time by :class:`AudioSocketTransport`, at most ``lead_ms``
@@ -33,9 +33,9 @@ from voice_pipeline import events as ev
 from voice_pipeline.access import address_in, parse_networks
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.edge import IDLE, SessionLimit, SessionScope
 from voice_pipeline.engines import Engines
-from voice_pipeline.session import Session
 from voice_pipeline.telephony.audiosocket import (
     FRAME_BYTES,
     RATE_HZ,

@@ -21,9 +21,9 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.access import token_ok
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.session import Session
 from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
 from voice_pipeline.engines import Engines
-from voice_pipeline.session import Session
 from voice_pipeline.telephony import mulaw
 from voice_pipeline.telephony.twilio import (
     RATE_HZ,

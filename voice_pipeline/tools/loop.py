@@ -15,7 +15,7 @@ Every call of a round is in one of four states (:class:`CallState`); the ``tool`
 message of each is :meth:`ToolRound.messages`. No state is left "in progress" in the
 history: a call cancelled by barge-in says so, and a call that may finish after the
 turn (``cancel_on_interruption=False``) says it is still running until its result
-replaces that text (:meth:`voice_pipeline.history.History.resolve`).
+replaces that text (:meth:`voice_pipeline.conversation.history.History.resolve`).
 """
 
 from __future__ import annotations

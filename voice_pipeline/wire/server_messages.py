@@ -14,7 +14,7 @@ What a client cannot know (decided here, for every client):
   JSON object with a string ``type``, is a :class:`ServerMessageError`: the server broke
   the protocol (a :class:`~voice_pipeline.errors.RemoteProtocolError` seen from the client).
 
-:class:`TurnLatency` carries the ledger's :class:`~voice_pipeline.ledger.TurnRecord`
+:class:`TurnLatency` carries the ledger's :class:`~voice_pipeline.ledger.ledger.TurnRecord`
 whose ``marks_ns`` count from the session's start (``ready``): on the wire they are ms
 (:meth:`TurnRecord.as_dict`), parsed back by :meth:`TurnRecord.from_dict`.
 """
@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from voice_pipeline.errors import RemoteProtocolError
-from voice_pipeline.records import TurnRecord
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.wire.codec import Json, Message, loads
 
 

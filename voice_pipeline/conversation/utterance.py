@@ -1,7 +1,7 @@
 """The user's side of one turn at runtime: transcription, the evidence of each pause, the LLM prefetch.
 
 A thin asyncio adapter; it decides nothing. The session creates one per user turn
-(:class:`voice_pipeline.turnstate.BeginTurn`) and drives it from the machine's commands:
+(:class:`voice_pipeline.turntaking.machine.BeginTurn`) and drives it from the machine's commands:
 
 * ``append`` -- every input chunk while the turn may still go on (the machine's
   ``Seal`` stops it), so a continued turn has all its audio, pauses included;
@@ -16,10 +16,10 @@ A thin asyncio adapter; it decides nothing. The session creates one per user tur
   or was not needed), tagged with the pause, and when it came back (``evidence_at``);
 * ``stop_speculating()`` -- speech resumed: the decode is void, the tasks and any
   prefetch are dropped;
-* ``prefetch(request)`` -- the speculative reply (:mod:`voice_pipeline.speculation`):
+* ``prefetch(request)`` -- the speculative reply (:mod:`voice_pipeline.conversation.speculation`):
   start the LLM on the speculative transcript while the pause runs and, with
   ``dialogue.speculative_audio``, synthesize its first chunk and hold it -- if the
-  machine has room (the engines' :class:`~voice_pipeline.speculation.SpeculationBudget`);
+  machine has room (the engines' :class:`~voice_pipeline.engines.SpeculationBudget`);
   ``take_prefetch(text, version)`` releases it if it was asked with exactly the final
   words and the same history, else drops it (request aborted, synthesis cancelled,
   nothing sent). :attr:`Utterance.speculation` counts what was prepared, held, released
@@ -45,10 +45,10 @@ from asr.streaming import PartialTranscript, UtteranceTranscriber
 from llm.base import ChatMessage
 from vad.end_of_turn import Cue, EndOfTurnPolicy, transcript_cue
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.reply import clause_chunker
+from voice_pipeline.conversation.speculation import HeldAudio, PrefetchedStream, SpeculationAccount
 from voice_pipeline.engines import Engines
-from voice_pipeline.reply import clause_chunker
-from voice_pipeline.speculation import HeldAudio, PrefetchedStream, SpeculationAccount
-from voice_pipeline.turnevents import EvidenceFound
+from voice_pipeline.turntaking.messages import EvidenceFound
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Mapping
 
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger import STAGES, TOOL_STAGES, TOTAL
+from voice_pipeline.ledger.ledger import STAGES, TOOL_STAGES, TOTAL
 
 
 def _color(text: str, code: str) -> str:

@@ -6,11 +6,11 @@ evidence about a pause, transcripts, playback, push-to-talk, an explicit interru
 and carries out the commands it answers with. The finer decisions are delegated to
 pure parts it owns: the :class:`~vad.endpointer.Endpointer` (speech start, pause,
 resume, end of turn by the semantic policy of :mod:`vad.end_of_turn`, the maximum
-turn length) and the :class:`~voice_pipeline.bargein.BargeInTracker` (pause a
+turn length) and the :class:`~voice_pipeline.turntaking.bargein.BargeInTracker` (pause a
 reply at once, confirm the interruption or resume).
 
 The phases of a turn, the transition table and the state of each turn are in
-:mod:`voice_pipeline.turnphases` (re-exported here).
+:mod:`voice_pipeline.turntaking.phases` (re-exported here).
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from vad.endpointer import (
     SpeechResumed,
     SpeechStarted,
 )
-from voice_pipeline.bargein import (
+from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
+from voice_pipeline.turntaking.bargein import (
     BargeInTracker,
     ConfirmInterruption,
     InterruptionKind,
     SpeechOverReply,
     classify_interruption,
 )
-from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
-from voice_pipeline.turnevents import (
+from voice_pipeline.turntaking.messages import (
     Answer,
     BeginReply,
     BeginTurn,
@@ -58,7 +58,7 @@ from voice_pipeline.turnevents import (
     Transcribed,
     TurnOptions,
 )
-from voice_pipeline.turnphases import (
+from voice_pipeline.turntaking.phases import (
     HEARD_PHASES,
     REPLY_PHASES,
     TRANSITIONS,

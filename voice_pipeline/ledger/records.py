@@ -1,7 +1,7 @@
 """What the ledger says about a finished turn: typed, frozen, JSON both ways.
 
 :class:`TurnRecord` is one turn's record (the ledger builds it:
-:meth:`voice_pipeline.ledger.TurnLedger.finish`); :meth:`TurnRecord.as_dict` is its JSON
+:meth:`voice_pipeline.ledger.ledger.TurnLedger.finish`); :meth:`TurnRecord.as_dict` is its JSON
 form -- the ``record`` of the ``turn.latency`` message (docs/protocol.md), of the realtime
 ``voice_pipeline.turn.latency`` event, of ``voice-pipeline run --report`` -- and
 :meth:`TurnRecord.from_dict` its inverse, what clients and the bench read. Names that are
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vad.end_of_turn import Cue, Rule
-from voice_pipeline.bargein import InterruptionKind
+from voice_pipeline.turntaking.bargein import InterruptionKind
 
 
 class StageName(enum.StrEnum):
-    """The ledger's stages (voice_pipeline.ledger.STAGES)."""
+    """The ledger's stages (voice_pipeline.ledger.ledger.STAGES)."""
 
     ENDPOINTING = "endpointing"
     ASR_FINAL = "asr_final"
@@ -36,14 +36,14 @@ class StageName(enum.StrEnum):
     VOICE_TO_VOICE = "voice_to_voice"
     BARGE_IN_STOP = "barge_in_stop"
     # a turn whose reply called a server-side tool before its first clause
-    # (voice_pipeline.ledger.TOOL_PATH: they replace first_clause)
+    # (voice_pipeline.ledger.ledger.TOOL_PATH: they replace first_clause)
     TOOL_CALL = "tool_call"
     TOOL = "tool"
     TOOL_ANSWER = "tool_answer"
 
 
 class Span(enum.StrEnum):
-    """Model compute on the voice-to-voice path (voice_pipeline.ledger.critical_path)."""
+    """Model compute on the voice-to-voice path (voice_pipeline.ledger.ledger.critical_path)."""
 
     ENDPOINT_WAIT = "endpoint_wait"  # the VAD hangover + the silence the end-of-turn rule required
     ASR_FINAL = "asr_final"  # the final ASR decode that was used
@@ -135,7 +135,7 @@ class EndOfTurnRecord:
 
 @dataclass(frozen=True, slots=True)
 class SpeculationRecord:
-    """The turn's speculative replies (voice_pipeline/speculation.py): prepared during a pause,
+    """The turn's speculative replies (voice_pipeline/conversation/speculation.py): prepared during a pause,
     their first chunk held, then released at the endpoint or dropped."""
 
     prepared: int = 0

@@ -45,14 +45,14 @@ from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
 from voice_pipeline.config import Config, TTSConfig
+from voice_pipeline.conversation.heard import SpokenClause, heard_text
+from voice_pipeline.conversation.speaker import ReplySpeaker
+from voice_pipeline.conversation.speculation import HeldAudio, PrefetchedStream
+from voice_pipeline.conversation.steering import ReplyOptions, ReplyRequest
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
-from voice_pipeline.heard import SpokenClause, heard_text
-from voice_pipeline.ledger import Mark
-from voice_pipeline.records import FailedStage, Span
-from voice_pipeline.speaker import ReplySpeaker
-from voice_pipeline.speculation import HeldAudio, PrefetchedStream
-from voice_pipeline.steering import ReplyOptions, ReplyRequest
+from voice_pipeline.ledger.ledger import Mark
+from voice_pipeline.ledger.records import FailedStage, Span
 from voice_pipeline.tools.calls import CallAssembler
 from voice_pipeline.tools.loop import ToolRound, exchange, next_offer, repeats
 from voice_pipeline.tools.runner import RoundRunner, ToolBox

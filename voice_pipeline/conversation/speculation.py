@@ -1,8 +1,8 @@
 """The speculative reply: prepared during a pause, held, then released at the endpoint or dropped.
 
 While a pause may be the end of the user's turn (before the end-of-turn policy decides),
-:class:`voice_pipeline.utterance.Utterance` starts the LLM on the speculative transcript
-(:class:`~voice_pipeline.reply.PrefetchedStream`) and, with ``dialogue.speculative_audio``,
+:class:`voice_pipeline.conversation.utterance.Utterance` starts the LLM on the speculative transcript
+(:class:`~voice_pipeline.conversation.reply.PrefetchedStream`) and, with ``dialogue.speculative_audio``,
 synthesizes the reply's first chunk too: the audio is *held* (:class:`HeldAudio`), nothing
 is sent. If the turn ends with the same words and history the reply takes the stream and
 the held audio and sends it at once (*released*); if the user goes on, or the final words
@@ -12,16 +12,15 @@ thread, is counted as wasted and thrown away), and nothing is sent (*dropped*).
 
 What this module holds is pure: the held audio, the per-turn account of what was
 prepared, held, released or dropped (:class:`SpeculationAccount`, copied into the turn's
-record as :class:`~voice_pipeline.records.SpeculationRecord`), and the budget that lets a
-machine speculate only while it has room (:class:`SpeculationBudget`: a cap on concurrent
-speculative LLM requests, shared by every session of a server).
+record as :class:`~voice_pipeline.ledger.records.SpeculationRecord`). The budget that lets a machine
+speculate only while it has room is the engines'
+(:class:`~voice_pipeline.engines.SpeculationBudget`: shared by every session of a server).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ from numpy.typing import NDArray
 
 from llm.base import LLM, ChatMessage, LLMDelta
 from voice_pipeline.errors import EngineError
-from voice_pipeline.records import SpeculationRecord
+from voice_pipeline.ledger.records import SpeculationRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,45 +76,6 @@ class SpeculationAccount:
             self.wasted_tokens,
             round(self.wasted_audio_s, 3),
         )
-
-
-def default_speculation_limit(cores: int | None = None) -> int:
-    """Concurrent speculative requests a machine has room for: one per two cores, at least one."""
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // 2)
-
-
-class SpeculationBudget:
-    """How many speculative LLM requests may run at once, over every session of a process.
-
-    With several sessions, speculative work competes with real replies for the same
-    cores; beyond the cap a pause is not speculated on and the reply is computed after
-    the endpoint (as without speculation). ``limit`` 0 = no cap.
-    """
-
-    def __init__(self, limit: int) -> None:
-        if limit < 0:
-            raise ValueError("limit must be >= 0")
-        self.limit = limit
-        self.running = 0
-
-    @classmethod
-    def for_machine(cls) -> SpeculationBudget:
-        return cls(default_speculation_limit())
-
-    @property
-    def has_room(self) -> bool:
-        return not self.limit or self.running < self.limit
-
-    def try_acquire(self) -> bool:
-        if self.limit and self.running >= self.limit:
-            return False
-        self.running += 1
-        return True
-
-    def release(self) -> None:
-        self.running = max(0, self.running - 1)
 
 
 class PrefetchedStream:

@@ -1,6 +1,6 @@
 """The phases of a turn and every transition between them (pure data).
 
-:class:`~voice_pipeline.turnstate.TurnMachine` moves each turn through this table
+:class:`~voice_pipeline.turntaking.machine.TurnMachine` moves each turn through this table
 and nothing else; a transition that is not here is a bug (:class:`TurnStateError`).
 
 Phases of one turn (:class:`Phase`) and every transition (:data:`TRANSITIONS`)::
@@ -17,7 +17,7 @@ Phases of one turn (:class:`Phase`) and every transition (:data:`TRANSITIONS`)::
   policy is deciding (the speculative ASR decode and the turn model run now).
 * REPLYING: the turn ended and its reply is being prepared -- nothing is audible
   yet. User speech now **continues** the same turn
-  (:class:`~voice_pipeline.turnevents.ContinueTurn`): the reply is dropped, the vLLM
+  (:class:`~voice_pipeline.turntaking.messages.ContinueTurn`): the reply is dropped, the vLLM
   request aborted, and both parts are transcribed as one utterance. So does speech
   that starts within ``turn.continuation_grace_ms`` of the reply becoming AUDIBLE:
   the user had not heard it yet.
@@ -28,10 +28,10 @@ Phases of one turn (:class:`Phase`) and every transition (:data:`TRANSITIONS`)::
 
 A turn starts LISTENING when the user speaks, or REPLYING when a client asks for a
 reply with no speech (``TurnMachine.respond``: a realtime ``response.create``). With
-:class:`~voice_pipeline.turnevents.TurnOptions` ``detection`` MANUAL a turn starts at
+:class:`~voice_pipeline.turntaking.messages.TurnOptions` ``detection`` MANUAL a turn starts at
 the first frame after a commit or clear and ends at the next commit (the VAD decides
 nothing, speech interrupts nothing); with ``auto_reply`` off a turn's words are kept
-(:class:`~voice_pipeline.turnevents.Keep`) and not answered until the client asks.
+(:class:`~voice_pipeline.turntaking.messages.Keep`) and not answered until the client asks.
 
 At most one turn is LISTENING or MAYBE_FINISHED (the user's); an older one may be
 AUDIBLE or PAUSED under it (the reply spoken over) and one REPLYING.

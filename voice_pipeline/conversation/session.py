@@ -1,11 +1,11 @@
 """One conversation: the asyncio graph that wires VAD -> ASR -> LLM -> TTS.
 
 Every decision is pure and lives elsewhere. Who has the floor, and what happens to
-each turn and its reply, is :class:`voice_pipeline.turnstate.TurnMachine` (it owns the
+each turn and its reply, is :class:`voice_pipeline.turntaking.machine.TurnMachine` (it owns the
 endpointer, the semantic end-of-turn policy and the barge-in tracker); what the LLM
-sees is :class:`voice_pipeline.history.History`; the echo check, the ASR commit
+sees is :class:`voice_pipeline.conversation.history.History`; the echo check, the ASR commit
 policy, clause chunking and the ledger are pure too. This module routes input to
-them, carries out the machine's commands (on :class:`voice_pipeline.turn.Turn`), and
+them, carries out the machine's commands (on :class:`voice_pipeline.conversation.turn.Turn`), and
 owns the tasks, queues and clocks.
 
 Ownership:
@@ -15,8 +15,8 @@ Ownership:
   millisecond per frame), so input backpressure is the transport's own await.
 * Every task is spawned here (:meth:`Session._spawn`) and has its turn as owner: the
   partial transcripts, the evidence of each pause and the LLM prefetch
-  (:mod:`voice_pipeline.utterance`), and one reply task per turn running
-  :meth:`voice_pipeline.reply.Reply.run` (one TaskGroup: LLM -> clauses -> TTS ->
+  (:mod:`voice_pipeline.conversation.utterance`), and one reply task per turn running
+  :meth:`voice_pipeline.conversation.reply.Reply.run` (one TaskGroup: LLM -> clauses -> TTS ->
   listener). Barge-in is a direct ``cancel()`` of that task -- never a message racing
   the data -- which aborts the vLLM request, stops synthesis and tells the transport
   to flush. So is a continuation, after which the same turn is heard on and answered
@@ -26,12 +26,12 @@ Ownership:
 A client may steer more than the config (a realtime session), all typed and decided
 by the machine: :meth:`Session.configure`, :meth:`Session.commit`, :meth:`Session.clear_input`,
 :meth:`Session.respond` (a reply on demand) and :meth:`Session.cancel`. What the LLM
-sees comes from the session's :class:`~voice_pipeline.history.Context`.
+sees comes from the session's :class:`~voice_pipeline.conversation.history.Context`.
 
 Failures: an exception from ASR, LLM or TTS during a turn ends that turn only:
 ``TurnFailed``, then ``dialogue.apology`` spoken like a reply (barge-in works on it), then
 ``TurnCompleted`` with ``record.failed`` set; what enters the history is
-:mod:`voice_pipeline.history`'s rule. A failing turn model only loses its vote.
+:mod:`voice_pipeline.conversation.history`'s rule. A failing turn model only loses its vote.
 """
 
 from __future__ import annotations
@@ -50,23 +50,23 @@ from llm.base import ChatMessage
 from llm.prefill import PrefillPlanner, Prefix
 from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
-from voice_pipeline import turnevents as te
 from voice_pipeline.audio import finite_audio, last_sound_end
 from voice_pipeline.clock import ms_to_ns, now_ns
 from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
-from voice_pipeline.echo import EchoGate
+from voice_pipeline.conversation.history import Context, History, admits, remember
+from voice_pipeline.conversation.reply import Phrases, ReplyOptions, ReplyRequest
+from voice_pipeline.conversation.turn import Turn, TurnContext
+from voice_pipeline.conversation.warmer import PrefixWarmer
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ClosedError
-from voice_pipeline.history import Context, History, admits, remember
 from voice_pipeline.inputbuf import InputHistory
-from voice_pipeline.ledger import Mark, SessionLedger
-from voice_pipeline.records import Span, TurnRecord
-from voice_pipeline.reply import Phrases, ReplyOptions, ReplyRequest
+from voice_pipeline.ledger.ledger import Mark, SessionLedger
+from voice_pipeline.ledger.records import Span, TurnRecord
 from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
-from voice_pipeline.turn import Turn, TurnContext
-from voice_pipeline.turnstate import TurnMachine, end_of_turn_policy
-from voice_pipeline.warmer import PrefixWarmer
+from voice_pipeline.turntaking import messages as te
+from voice_pipeline.turntaking.echo import EchoGate
+from voice_pipeline.turntaking.machine import TurnMachine, end_of_turn_policy
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class Session:
 
     @property
     def history(self) -> list[ChatMessage]:
-        """The past turns the next request is sent with (see :mod:`voice_pipeline.history`)."""
+        """The past turns the next request is sent with (see :mod:`voice_pipeline.conversation.history`)."""
         return self._history.messages
 
     @history.setter
@@ -294,7 +294,7 @@ class Session:
                     pass  # read by the reply task that asked (see _answer)
 
     def _warm(self, committed: str = "") -> None:
-        """Keep the next request's known start in the LLM's prefix cache (voice_pipeline/warmer.py):
+        """Keep the next request's known start in the LLM's prefix cache (:mod:`.warmer`):
         the system prompt and history, and the committed words of the user's utterance."""
         idle = not self._replying and not any(t.utterance.prefetching for t in self._turns.values())
         self._warmer.warm(self._prefix(committed), idle=idle)

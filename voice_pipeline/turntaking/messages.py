@@ -4,7 +4,7 @@ Inputs the runtime reports asynchronously are events (:class:`EvidenceFound`); h
 session takes turns beyond its config is :class:`TurnOptions` (a realtime client's
 ``session.update``); the machine's answers are commands, imperative, one class each,
 dispatched with ``match`` (:data:`Command`). The machine itself, its phases and its
-transition table are in :mod:`voice_pipeline.turnstate`.
+transition table are in :mod:`voice_pipeline.turntaking.machine`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from vad.end_of_turn import Cue
 from vad.endpointer import EndOfTurn
-from voice_pipeline.bargein import InterruptionKind
+from voice_pipeline.turntaking.bargein import InterruptionKind
 
 # ---------------------------------------------------------------- inputs
 

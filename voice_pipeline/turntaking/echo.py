@@ -17,7 +17,7 @@ the window is the assistant's own voice.
 Limits: one delay and a short filter -- a linear, single-path echo. Real rooms add
 reverberation and loudspeaker distortion that leave a larger residual; such
 echo is then caught later, when its transcript turns out to repeat the
-assistant's own words (:mod:`voice_pipeline.bargein`). Clients with their own
+assistant's own words (:mod:`voice_pipeline.turntaking.bargein`). Clients with their own
 echo cancellation (browsers with ``echoCancellation``) need neither.
 
 :class:`EchoGate` keeps one session's reference and applies the check to its input.

@@ -1,7 +1,7 @@
 """What one reply sends to the listener: :class:`ReplySpeaker` keeps every sample of
 the reply, so a *pause* (the first stage of a barge-in) can flush the listener's buffer
 at once and a *resume* (the interruption was only a backchannel) re-sends from exactly
-where playback stopped (re-exported by :mod:`voice_pipeline.reply`)."""
+where playback stopped (re-exported by :mod:`voice_pipeline.conversation.reply`)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from llm.base import ChatMessage
-from voice_pipeline.bargein import InterruptionKind
+from voice_pipeline.turntaking.bargein import InterruptionKind
 
 #: chat-template tokens around each message (SmolLM2's ChatML: ``<|im_start|>role\n`` ...
 #: ``<|im_end|>\n`` = 5 tokens, measured)

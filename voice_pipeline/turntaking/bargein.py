@@ -4,7 +4,7 @@ an interruption was real.
 Two stages, so that stopping is fast and backchannels still do not stop the reply:
 
 1. **Pause** -- :class:`BargeInTracker` counts the user's voiced time (echo
-   already removed, see :mod:`voice_pipeline.echo`) while the assistant is
+   already removed, see :mod:`voice_pipeline.turntaking.echo`) while the assistant is
    audible. At ``min_speech_ms`` it answers :class:`SpeechOverReply`: the runtime stops
    sending at once and flushes the listener's buffer (the ``barge_in_stop``
    budget is measured to this moment), but keeps the reply's LLM and TTS work.
@@ -36,7 +36,7 @@ GAP_MS = 200.0
 @dataclass(frozen=True, slots=True)
 class SpeechOverReply:
     """Speech over the reply long enough to pause it (the machine answers with its own
-    :class:`~voice_pipeline.turnevents.PauseReply` command)."""
+    :class:`~voice_pipeline.turntaking.messages.PauseReply` command)."""
 
     onset_ns: int  # when the interrupting speech began
 

@@ -61,9 +61,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.records import (
+from voice_pipeline.ledger.records import (
     BudgetBreach,
     EndOfTurnRecord,
     FailedStage,
@@ -73,6 +72,7 @@ from voice_pipeline.records import (
     TurnRecord,
     WorkAccount,
 )
+from voice_pipeline.turntaking.bargein import InterruptionKind
 
 
 class Mark(enum.StrEnum):

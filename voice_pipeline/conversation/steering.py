@@ -3,7 +3,7 @@
 A realtime client's session and responses choose how replies are given
 (:class:`ReplyOptions`: spoken or text only, a token limit) and may ask for a reply
 with no user speech (:class:`ReplyRequest`, ``Session.respond``). How turns are
-taken is :class:`voice_pipeline.turnevents.TurnOptions`.
+taken is :class:`voice_pipeline.turntaking.messages.TurnOptions`.
 """
 
 from __future__ import annotations

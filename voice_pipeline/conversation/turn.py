@@ -1,6 +1,6 @@
 """One turn at runtime: the user's utterance, the reply to it, and its ledger.
 
-The session creates a :class:`Turn` for every :class:`~voice_pipeline.turnevents.BeginTurn`
+The session creates a :class:`Turn` for every :class:`~voice_pipeline.turntaking.messages.BeginTurn`
 and calls its methods to carry out the machine's commands for it; a turn decides
 nothing itself. Everything a session's turns share is one :class:`TurnContext`.
 
@@ -27,19 +27,19 @@ from llm.base import ChatMessage
 from vad.end_of_turn import Rule
 from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
-from voice_pipeline.bargein import InterruptionKind
 from voice_pipeline.clock import ms_to_ns
 from voice_pipeline.config import Config
-from voice_pipeline.echo import EchoGate
+from voice_pipeline.conversation.reply import Phrases, Reply, ReplyDeps, ReplyRequest, ReplySpeaker
+from voice_pipeline.conversation.utterance import Spawn, Utterance
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
-from voice_pipeline.ledger import Mark, TurnLedger
-from voice_pipeline.records import EndOfTurnRecord, FailedStage, Span, TurnRecord
-from voice_pipeline.reply import Phrases, Reply, ReplyDeps, ReplyRequest, ReplySpeaker
+from voice_pipeline.ledger.ledger import Mark, TurnLedger
+from voice_pipeline.ledger.records import EndOfTurnRecord, FailedStage, Span, TurnRecord
 from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
-from voice_pipeline.turnevents import CancelReason, EvidenceFound
-from voice_pipeline.utterance import Spawn, Utterance
+from voice_pipeline.turntaking.bargein import InterruptionKind
+from voice_pipeline.turntaking.echo import EchoGate
+from voice_pipeline.turntaking.messages import CancelReason, EvidenceFound
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,12 @@
+"""Who has the floor, decided in pure code (no clock, no asyncio).
+
+:mod:`~voice_pipeline.turntaking.machine` is the one state machine of turns and
+replies; :mod:`~voice_pipeline.turntaking.phases` its phases and transition table;
+:mod:`~voice_pipeline.turntaking.messages` what goes in (frames, evidence, options)
+and the commands that come out. Barge-in -- when speech over the reply pauses it,
+confirms an interruption or resumes -- is :mod:`~voice_pipeline.turntaking.bargein`;
+telling the assistant's own voice coming back from the user's is
+:mod:`~voice_pipeline.turntaking.echo`. The end of the user's turn is proposed by
+:mod:`vad.endpointer` and decided by :mod:`vad.end_of_turn` (the words and the
+sound of each pause); the machine carries the verdict.
+"""
