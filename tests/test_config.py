@@ -125,8 +125,8 @@ BAD: list[tuple[str, str]] = [
     ("telephony:\n  audiosocket_port: 70000\n", "telephony.audiosocket_port"),
     ("llm:\n  url: 5\n", "llm.url"),
     ("audio:\n  output_rate_hz: fast\n", "audio.output_rate_hz"),
-    ("vad:\n  engine: magic\n", "vad.engine"),
-    ("llm:\n  engine: openai\n", "llm.engine"),
+    ("vad:\n  engine: 5\n", "vad.engine"),  # which names are engines: tests/test_engine_registry.py
+    ("llm:\n  engine: [openai]\n", "llm.engine"),
     # structure
     ("vad: 3\n", "vad: expected a mapping"),
     ("vad:\n  - threshold\n", "vad: expected a mapping"),
@@ -145,8 +145,8 @@ def test_bad_config_raises_config_error_naming_the_key(
 
 
 def test_literal_error_lists_the_allowed_values(tmp_path: Path, budget_file: Path) -> None:
-    with pytest.raises(ConfigError, match="'silero', 'webrtc'"):
-        load_config(write(tmp_path, "vad:\n  engine: magic\n"), budget_file)
+    with pytest.raises(ConfigError, match="'smart-turn', 'none'"):
+        load_config(write(tmp_path, "turn:\n  model: magic\n"), budget_file)
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

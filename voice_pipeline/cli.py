@@ -69,7 +69,10 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> Config:
+    from voice_pipeline.preflight import check_engines
+
     cfg = load_config(args.config, args.budget)
+    check_engines(cfg)  # an engine nobody registered: said now, as a bad key is
     if args.cache_dir:
         cfg = dataclasses.replace(cfg, models=dataclasses.replace(cfg.models, cache_dir=args.cache_dir))
     if args.llm_url:

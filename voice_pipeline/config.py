@@ -29,7 +29,7 @@ from voice_pipeline.typed_yaml import build, read_yaml
 
 @dataclass(frozen=True, slots=True)
 class VADConfig:
-    engine: Literal["silero", "webrtc"] = "silero"
+    engine: str = "silero"  # registered in vad.ENGINES
     #: Silero ONNX file; None = the model bundled in the ``silero-vad`` package.
     model_path: str | None = None
     #: speech probability at or above which a frame counts as voiced
@@ -106,7 +106,7 @@ class TurnConfig:
 
 @dataclass(frozen=True, slots=True)
 class ASRConfig:
-    engine: Literal["faster-whisper"] = "faster-whisper"
+    engine: str = "faster-whisper"  # registered in asr.ENGINES
     #: CTranslate2 Whisper directory; None = tiny.en prepared by ``voice-pipeline models``
     model_path: str | None = None
     compute_type: str = "int8"
@@ -129,7 +129,7 @@ class ASRConfig:
 
 @dataclass(frozen=True, slots=True)
 class LLMConfig:
-    engine: Literal["vllm", "remote"] = "vllm"
+    engine: str = "vllm"  # registered in llm.ENGINES
     #: which prepared model in-process vLLM runs: "smollm2" (SmolLM2-135M-Instruct, prepared by
     #: ``voice-pipeline models``) or "qwen2.5-coder-0.5b" (Qwen2.5-Coder-0.5B-Instruct, which can
     #: call tools with ``tool_choice: auto``; optional, prepared by ``voice-pipeline models
@@ -174,7 +174,7 @@ class LLMConfig:
 
 @dataclass(frozen=True, slots=True)
 class TTSConfig:
-    engine: Literal["piper"] = "piper"
+    engine: str = "piper"  # registered in tts.ENGINES
     #: Piper .onnx voice (its .onnx.json beside it); None = en_US-joe-medium from its wheel
     voice_path: str | None = None
     #: a clause is spoken only once it has at least this many words (avoids choppy audio)

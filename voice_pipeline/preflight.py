@@ -4,6 +4,7 @@ out whether it could deliver its results at all.
 :func:`check_outputs`: ``run`` can write ``--output`` and ``--report`` (else it would
 fail with the run's output lost). :func:`check_ports`: ``serve`` can listen on its
 port and AudioSocket's (else it would say so only after loading the models).
+:func:`check_engines`: every stage's ``engine`` is registered.
 :func:`check_tools`: every ``dialogue.tools`` entry imports and describes itself, and
 ``dialogue.tool_choice: auto`` has a model that can call tools. All raise a one-line
 :class:`~voice_pipeline.errors.VoicePipelineError`; a port taken between the check and
@@ -103,3 +104,17 @@ def check_tools(cfg: Config, llm_dir: Path | None) -> None:
             "outputs: any model, the default one too), or use a model that can call tools "
             "(llm.model_path, e.g. a Qwen2.5 Instruct folder)"
         )
+
+
+def check_engines(cfg: Config) -> None:
+    """Every stage's ``engine`` names a registered engine (the stage packages register
+    their own on import; see :mod:`voice_pipeline.engine_registry`)."""
+    import asr
+    import llm
+    import tts
+    import vad
+
+    vad.ENGINES.factory(cfg.vad.engine)
+    asr.ENGINES.factory(cfg.asr.engine)
+    llm.ENGINES.factory(cfg.llm.engine)
+    tts.ENGINES.factory(cfg.tts.engine)
