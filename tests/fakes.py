@@ -366,6 +366,7 @@ class FakeTTS:
 
     def __init__(self, delay_s: float = 0.0) -> None:
         self.sample_rate_hz = 22050
+        self.voice = "tone"
         self.delay_s = delay_s
         self.error: Exception | None = None
         self.texts: list[str] = []

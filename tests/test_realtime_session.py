@@ -24,7 +24,6 @@ from voice_pipeline.realtime.session_config import (
     Transcription,
     eagerness_max_wait_ms,
     initial_config,
-    piper_voice_name,
     profile_from_config,
     session_json,
     vad_config,
@@ -411,15 +410,3 @@ def test_profile_from_the_project_config() -> None:
     )
     # the server runs its semantic end-of-turn policy: a new session says so
     assert initial_config(profile).turn_detection == SemanticVad(Eagerness.AUTO, True, True)
-
-
-@pytest.mark.parametrize(
-    ("path", "name"),
-    [
-        ("/cache/piper/en_US-joe-medium.onnx", "joe"),
-        ("de_DE-thorsten-high.onnx", "thorsten"),
-        ("my.onnx", "my"),
-    ],
-)
-def test_piper_voice_name(path: str, name: str) -> None:
-    assert piper_voice_name(path) == name

@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from asr.base import ASREngine
 from tts.base import TTS
-from tts.piper import LEADING_SILENCE_MS, SILENCE_FLOOR_DBFS, PiperTTS, trim_silence
+from tts.piper import LEADING_SILENCE_MS, SILENCE_FLOOR_DBFS, PiperTTS, trim_silence, voice_name
 from voice_pipeline.config import TTSConfig
 from voice_pipeline.errors import EngineError, ModelError
 from voice_pipeline.models import ModelPaths
@@ -236,3 +236,20 @@ def test_trim_silence_fades_a_cut_edge() -> None:
     audio = np.concatenate([_tone(200), np.full(2205, 60, dtype=np.int16)])
     out = trim_silence(audio, 22050, lead_ms=0, trail_ms=20)
     assert len(out) < len(audio) and out[-1] == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/cache/piper/en_US-joe-medium.onnx", "joe"),
+        ("de_DE-thorsten-high.onnx", "thorsten"),
+        ("my.onnx", "my"),
+    ],
+)
+def test_voice_name(path: str, name: str) -> None:
+    """The name ``/v1/realtime`` announces: the one in Piper's file name."""
+    assert voice_name(path) == name
+
+
+def test_the_voice_is_named_after_its_file(piper: TTS) -> None:
+    assert piper.voice == "joe"  # en_US-joe-medium.onnx, the default voice

@@ -68,7 +68,7 @@ class CountedLLM:
 class CountedASR:
     def __init__(self, inner: ASREngine, calls: Calls) -> None:
         self._inner, self._calls = inner, calls
-        self.sample_rate_hz = inner.sample_rate_hz
+        self.sample_rate_hz, self.voice = inner.sample_rate_hz, inner.voice
 
     def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
         self._calls.log.append("asr")

@@ -15,6 +15,8 @@ from numpy.typing import NDArray
 
 class TTS(Protocol):
     sample_rate_hz: int
+    #: the voice's name, as a client chooses it (``/v1/realtime`` announces it)
+    voice: str
 
     def synthesize(self, text: str) -> NDArray[np.int16]:
         """Mono int16 audio at ``sample_rate_hz`` for ``text``. Blocking; thread-safe."""

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from voice_pipeline.config import TTSConfig
 
-__all__ = ["LEADING_SILENCE_MS", "SILENCE_FLOOR_DBFS", "PiperTTS", "trim_silence"]
+__all__ = ["LEADING_SILENCE_MS", "SILENCE_FLOOR_DBFS", "PiperTTS", "trim_silence", "voice_name"]
 
 #: silence kept before the first voiced frame of each chunk
 LEADING_SILENCE_MS = 5
@@ -42,6 +42,14 @@ LEADING_SILENCE_MS = 5
 SILENCE_FLOOR_DBFS = -50.0
 _FRAME_MS = 5
 _FADE_MS = 2
+
+
+def voice_name(voice_path: str | Path) -> str:
+    """The voice's name in a Piper file name ``<lang>_<REGION>-<name>-<quality>.onnx``:
+    ``en_US-joe-medium.onnx`` -> ``joe`` (else the file's stem)."""
+    stem = Path(voice_path).name.removesuffix(".onnx")
+    parts = stem.split("-")
+    return parts[1] if len(parts) == 3 else stem
 
 
 class PiperTTS:
@@ -84,6 +92,7 @@ class PiperTTS:
             raise ModelError(f"cannot load Piper voice {voice_path}: {exc}") from exc
 
         self._voice: PiperVoice | None = PiperVoice(session=session, config=voice_config)
+        self.voice = voice_name(voice_path)
         self.sample_rate_hz: int = int(voice_config.sample_rate)
         self._max_trailing_ms = max(0, cfg.max_trailing_silence_ms)
         self.synthesize("Hello.")  # warm-up: espeak-ng init and first ORT run (~+60 ms)

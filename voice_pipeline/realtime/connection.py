@@ -61,7 +61,7 @@ from voice_pipeline.realtime.server_events import (
     dumps,
     encode,
 )
-from voice_pipeline.realtime.session_config import ServerProfile, piper_voice_name, profile_from_config
+from voice_pipeline.realtime.session_config import ServerProfile, profile_from_config
 from voice_pipeline.realtime.tools import chat_template_supports_tools
 from voice_pipeline.realtime.transport import RealtimeTransport
 
@@ -74,9 +74,9 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 MESSAGE_LIMIT_FACTOR = 4
 
 
-def server_profile(cfg: Config) -> ServerProfile:
+def server_profile(cfg: Config, voice: str) -> ServerProfile:
     """What this server announces on ``/v1/realtime``: the model (its folder's name, or the
-    remote model asked for), the Piper voice, and whether the model's chat template can
+    remote model asked for), the TTS engine's ``voice``, and whether the model's chat template can
     call tools (read from the prepared model folder; a remote model is assumed not to)."""
     tools = False
     if cfg.llm.engine == "remote":
@@ -85,7 +85,6 @@ def server_profile(cfg: Config) -> ServerProfile:
         folder = llm_dir(cfg)  # llm.model_path, else the prepared folder of llm.model
         model = DEFAULT_MODEL_NAME if folder.name == LLM_DIR else folder.name
         tools = chat_template_supports_tools(_chat_template(folder))
-    voice = piper_voice_name(cfg.tts.voice_path or "en_US-joe-medium.onnx")
     return profile_from_config(cfg, model=model, voice=voice, tools_supported=tools)
 
 

@@ -129,17 +129,9 @@ class RealtimeSessionConfig:
         return server_cap if self.max_output_tokens is None else min(self.max_output_tokens, server_cap)
 
 
-def piper_voice_name(voice_path: str) -> str:
-    """The voice's name in a Piper file name ``<lang>_<REGION>-<name>-<quality>.onnx``:
-    ``en_US-joe-medium.onnx`` -> ``joe`` (else the file's stem)."""
-    stem = PurePath(voice_path).name.removesuffix(".onnx")
-    parts = stem.split("-")
-    return parts[1] if len(parts) == 3 else stem
-
-
 def profile_from_config(cfg: Config, *, model: str, voice: str, tools_supported: bool) -> ServerProfile:
     """This server's profile: ``model`` and ``voice`` as announced (e.g. the LLM's folder name
-    and :func:`piper_voice_name`), ``tools_supported`` from the model's chat template
+    and the TTS engine's ``voice``), ``tools_supported`` from the model's chat template
     (:func:`voice_pipeline.realtime.tools.chat_template_supports_tools`)."""
     return ServerProfile(
         model=model,

@@ -152,7 +152,8 @@ class VoiceServer:
         clock: Callable[[], int] = now_ns,
         realtime: ServerProfile | None = None,
     ) -> None:
-        """``realtime``: what ``/v1/realtime`` announces (default: read from ``cfg``)."""
+        """``realtime``: what ``/v1/realtime`` announces (default: read from ``cfg`` and the
+        TTS engine's voice)."""
         self._engines = engines
         self._cfg = cfg
         self._scfg = cfg.server
@@ -162,7 +163,7 @@ class VoiceServer:
         self.limit = SessionLimit(self._scfg.max_sessions, self.metrics)
         self.static_dir = Path(self._scfg.static_dir) if self._scfg.static_dir else default_static_dir()
         self.connections: set[VoiceConnection | TwilioConnection | RealtimeConnection] = set()
-        self.realtime_profile = realtime or server_profile(cfg)
+        self.realtime_profile = realtime or server_profile(cfg, engines.tts.voice)
         self._server: Server | None = None
         self._started_ns = clock()
         self._stopping = False
