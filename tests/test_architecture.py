@@ -5,7 +5,7 @@ The import graph is read from the source (``ast``; nothing is imported): every
 (function-level imports are dependencies too), except those under
 ``if TYPE_CHECKING:`` (annotations only). Two graphs must be acyclic: modules, and
 the subpackages that are layers of their own (server, telephony, realtime, bench,
-deploy, and the clients).
+deploy, cli, and the clients).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ LAYERS = (
     "voice_pipeline.realtime",
     "voice_pipeline.bench",
     "voice_pipeline.deploy",
+    "voice_pipeline.cli",
     "clients",
 )
 MAX_LINES = 500

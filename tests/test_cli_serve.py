@@ -29,7 +29,8 @@ from speech import espeak
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from voice_pipeline.cli import _server_config, build_parser
+from voice_pipeline.cli import build_parser
+from voice_pipeline.cli.serve import _server_config
 from voice_pipeline.config import Config, ServerConfig, load_config
 from voice_pipeline.errors import ConfigError
 from voice_pipeline.server.app import exposure_warnings
