@@ -19,7 +19,7 @@ import pytest
 from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
 from voice_pipeline.turntaking.bargein import InterruptionKind
-from voice_pipeline.turntaking.machine import TRANSITIONS, Phase, Step, TurnMachine, TurnState, TurnStateError
+from voice_pipeline.turntaking.machine import TurnMachine
 from voice_pipeline.turntaking.messages import (
     Answer,
     BeginReply,
@@ -44,6 +44,7 @@ from voice_pipeline.turntaking.messages import (
     Transcribed,
     TurnOptions,
 )
+from voice_pipeline.turntaking.phases import TRANSITIONS, Phase, Step, TurnState, TurnStateError
 
 RATE = 16000
 F = 512  # samples per frame

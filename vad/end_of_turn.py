@@ -38,7 +38,7 @@ end every fragment with a falling, final-sounding contour, so on such speech the
 model says "complete" and only the words can hold the turn open (measured, 2026-11); a
 pause after a grammatically complete clause ("The thing is, I don't really know ...
 what to cook") is left to the sound and, failing that, to continuation
-(:mod:`voice_pipeline.turntaking.machine`).
+(:mod:`voice_pipeline.turntaking.ending`).
 """
 
 from __future__ import annotations

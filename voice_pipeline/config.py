@@ -57,7 +57,7 @@ class VADConfig:
 @dataclass(frozen=True, slots=True)
 class TurnConfig:
     """Turn-taking: when the user has finished, and when their speech continues their turn
-    instead of interrupting the reply (see vad/end_of_turn.py and voice_pipeline/turntaking/machine.py)."""
+    instead of interrupting the reply (see vad/end_of_turn.py and voice_pipeline/turntaking/ending.py)."""
 
     #: decide the end of a turn from the words and the sound as well as the silence; off =
     #: silence alone (``vad.end_silence_ms``)

@@ -16,18 +16,19 @@ Two stages, so that stopping is fast and backchannels still do not stop the repl
    assistant's own words (echo the energy gate missed), the interruption was
    false: the paused reply resumes where playback stopped.
 
-An explicit interrupt (push-to-talk pressed while the assistant speaks) skips
-both stages and confirms at once.
+Speech the echo probe finds to be the assistant's own voice interrupts nothing
+(:meth:`BargeInTracker.hear`). An explicit interrupt (push-to-talk pressed while the
+assistant speaks) skips both stages and confirms at once.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from voice_pipeline.config import BargeInConfig
+from voice_pipeline.config import BargeInConfig, VADConfig
 
 #: a silent gap longer than this ends a run of user speech during the reply
 GAP_MS = 200.0
@@ -47,6 +48,18 @@ class ConfirmInterruption:
 
 
 BargeInAction = SpeechOverReply | ConfirmInterruption
+
+
+@dataclass(frozen=True, slots=True)
+class EchoOverReply:
+    """The speech long enough to confirm an interruption was the assistant's own voice
+    (a long window tells echo apart reliably): a false interruption."""
+
+    onset_ns: int
+
+
+#: is the user's speech since ``onset_ns`` (up to 1 s of it) the assistant's own voice?
+EchoProbe = Callable[[int], bool]
 
 
 class BargeInTracker:
@@ -94,6 +107,25 @@ class BargeInTracker:
             self._confirmed = True
             return ConfirmInterruption(self._onset_ns)
         return None
+
+    def hear(
+        self, p: float, vad: VADConfig, is_echo: EchoProbe, *, assistant_audible: bool, frame_start_ns: int
+    ) -> BargeInAction | EchoOverReply | None:
+        """One VAD frame of speech probability ``p`` (the per-frame echo already removed):
+        voiced above ``vad.threshold``, or above ``vad.neg_threshold`` once a run has begun;
+        what it would pause or confirm is first put to the echo probe. Echo that slipped
+        through the per-frame gate pauses nothing; echo found at confirmation is
+        :class:`EchoOverReply`."""
+        threshold = vad.neg_threshold if self.counting else vad.threshold
+        action = self.frame(
+            voiced=p >= threshold, assistant_audible=assistant_audible, frame_start_ns=frame_start_ns
+        )
+        if action is None or not is_echo(action.onset_ns):
+            return action
+        if isinstance(action, SpeechOverReply):
+            self.resolved()
+            return None
+        return EchoOverReply(action.onset_ns)
 
     def resolved(self) -> None:
         """The interruption was confirmed or resumed elsewhere: start counting afresh."""

@@ -3,39 +3,37 @@
 Everything that decides who has the floor lives here, the way h11 keeps its state
 machine in one file: the session runtime feeds it what happened (VAD frames, the
 evidence about a pause, transcripts, playback, push-to-talk, an explicit interrupt)
-and carries out the commands it answers with. The finer decisions are delegated to
-pure parts it owns: the :class:`~vad.endpointer.Endpointer` (speech start, pause,
-resume, end of turn by the semantic policy of :mod:`vad.end_of_turn`, the maximum
-turn length) and the :class:`~voice_pipeline.turntaking.bargein.BargeInTracker` (pause a
-reply at once, confirm the interruption or resume).
-
-The phases of a turn, the transition table and the state of each turn are in
-:mod:`voice_pipeline.turntaking.phases` (re-exported here).
+and carries out the commands it answers with. Each turn moves only through the
+transition table of :mod:`voice_pipeline.turntaking.phases` (:meth:`TurnMachine._move`);
+what goes in and the commands that come out are :mod:`voice_pipeline.turntaking.messages`.
+The finer decisions are delegated to pure parts it owns: the
+:class:`~vad.endpointer.Endpointer` (speech start, pause, resume, end of turn by the
+semantic policy of :mod:`vad.end_of_turn`, the maximum turn length), the
+:class:`~voice_pipeline.turntaking.ending.Continuation` rules (speech that takes an end
+back) and the :class:`~voice_pipeline.turntaking.bargein.BargeInTracker` (pause a reply
+at once, confirm the interruption or resume).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
-from vad.endpointer import (
-    EndOfTurn,
-    EndpointAction,
-    Endpointer,
-    PauseStarted,
-    SpeechResumed,
-    SpeechStarted,
-)
+from vad.endpointer import EndOfTurn, EndpointAction, Endpointer, PauseStarted, SpeechResumed, SpeechStarted
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
 from voice_pipeline.turntaking.bargein import (
     BargeInTracker,
     ConfirmInterruption,
+    EchoOverReply,
+    EchoProbe,
     InterruptionKind,
     SpeechOverReply,
     classify_interruption,
 )
+from voice_pipeline.turntaking.ending import Continuation, end_of_turn_policy
+from voice_pipeline.turntaking.hold import Hold
 from voice_pipeline.turntaking.messages import (
-    Answer,
     BeginReply,
     BeginTurn,
     CancelReason,
@@ -47,7 +45,6 @@ from voice_pipeline.turntaking.messages import (
     DropTurn,
     EndTurn,
     EvidenceFound,
-    Keep,
     PauseReply,
     Prefetch,
     ResumeReply,
@@ -68,30 +65,8 @@ from voice_pipeline.turntaking.phases import (
     TurnStateError,
 )
 
-__all__ = ["TRANSITIONS", "Phase", "Step", "TurnMachine", "TurnState", "TurnStateError", "end_of_turn_policy"]
-
-
-def end_of_turn_policy(vad: VADConfig, turn: TurnConfig, *, uses_model: bool) -> EndOfTurnPolicy | None:
-    """The semantic end-of-turn policy the config asks for (None: ``turn.semantic`` off)."""
-    if not turn.semantic:
-        return None
-    return EndOfTurnPolicy(
-        vad.end_silence_ms,
-        turn.unsure_silence_ms,
-        turn.incomplete_silence_ms,
-        turn.complete_threshold,
-        uses_model=uses_model,
-    )
-
-
-#: is the user's speech since ``onset_ns`` (up to 1 s of it) the assistant's own voice?
-EchoProbe = Callable[[int], bool]
-
-_STOPPED_BY = {
-    InterruptionKind.NO_WORDS: CancelReason.STOPPED_BY_NO_WORDS,
-    InterruptionKind.BACKCHANNEL: CancelReason.STOPPED_BY_BACKCHANNEL,
-    InterruptionKind.ECHO: CancelReason.STOPPED_BY_ECHO,
-}
+#: end_of_turn_policy (turntaking.ending) is still imported from here by conversation/session.py
+__all__ = ["TurnMachine", "end_of_turn_policy"]
 
 
 class TurnMachine:
@@ -114,7 +89,6 @@ class TurnMachine:
         semantic end-of-turn policy (None = silence alone); ``prefetch``: start the LLM
         on the speculative transcript (``dialogue.speculative_start``)."""
         self._vad = vad
-        self._cfg = turn
         self._barge_in = barge_in
         self._rate = sample_rate_hz
         self._frame_ms = frame_samples * 1000 / sample_rate_hz
@@ -122,14 +96,12 @@ class TurnMachine:
         self._prefetch = prefetch
         self._options = options or TurnOptions()
         self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
+        self.continuation = Continuation(turn, sample_rate_hz=sample_rate_hz, time_of=time_of)
         self.tracker = BargeInTracker(barge_in, self._frame_ms)
         self._turns: dict[int, TurnState] = {}
-        self._next_id = 1
+        self._ids = itertools.count(1)
         self.user: int | None = None  # the turn the user is speaking (LISTENING, MAYBE_FINISHED)
-        self._ptt_since_ns: int | None = None  # push-to-talk held since
-        self._manual_since_ns: int | None = None  # the manual turn in progress began
-        self._held_expired = False  # the push-to-talk or manual turn reached max_turn_s
-        self._input_from = 0  # a manual turn starts no earlier than the last commit or clear
+        self._hold = Hold()  # push-to-talk, manual detection
 
     # ------------------------------------------------------------ queries
 
@@ -152,10 +124,6 @@ class TurnMachine:
         """Turns not DONE, oldest first."""
         return list(self._turns)
 
-    @property
-    def options(self) -> TurnOptions:
-        return self._options
-
     # ------------------------------------------------------------ inputs
 
     def frame(self, p: float, *, frame_start_ns: int, now_ns: int, is_echo: EchoProbe) -> list[Command]:
@@ -165,8 +133,8 @@ class TurnMachine:
             return self._manual_frame(now_ns)
         self._barge_in_frame(p, frame_start_ns, is_echo, cmds)
         steps = self.endpointer.update(p)
-        if self._ptt_since_ns is not None:
-            self._held_max_turn(self._ptt_since_ns, now_ns, cmds)
+        if self._hold.key_down:
+            self._held_max_turn(self._hold.key_since_ns, now_ns, cmds)
         else:  # push-to-talk decides the turn's start and end
             for step in steps:
                 self._endpoint(step, cmds)
@@ -175,18 +143,15 @@ class TurnMachine:
 
     def evidence(self, found: EvidenceFound) -> list[Command]:
         """The words or the sound of a pause are known."""
-        turn_id, cue = found.turn_id, found.cue
+        t = self._turns.get(found.turn_id)
+        if t is None or self.user != t.turn_id or t.phase is not Phase.MAYBE_FINISHED or self._hold.key_down:
+            return []
         cmds: list[Command] = []
-        t = self._turns.get(turn_id)
-        if t is None or self.user != turn_id or t.phase is not Phase.MAYBE_FINISHED:
-            return cmds
-        if self._ptt_since_ns is not None:
-            return cmds
         prefetch = self._prefetch and self._options.auto_reply and t.spoken_over is None
-        if cue is not None and cue is not Cue.INCOMPLETE and prefetch:  # not with no reply to come
-            cmds.append(Prefetch(turn_id))
+        if found.cue not in (None, Cue.INCOMPLETE) and prefetch:  # not with no reply to come
+            cmds.append(Prefetch(t.turn_id))
         steps = self.endpointer.evidence(
-            found.speech_end_sample, cue=cue, p_complete=found.p_complete, no_sound=found.no_sound
+            found.speech_end_sample, cue=found.cue, p_complete=found.p_complete, no_sound=found.no_sound
         )
         for step in steps:
             self._endpoint(step, cmds)
@@ -209,7 +174,7 @@ class TurnMachine:
             ok = kind is InterruptionKind.WORDS
             before = self._confirm(over, CancelReason.WORDS) if ok else self._false_interruption(over, kind)
         answer = text and kind in (None, InterruptionKind.WORDS)
-        verdict = self._verdict(turn_id, kind) if answer else Dismiss(turn_id, kind)
+        verdict = self._options.verdict(turn_id, kind) if answer else Dismiss(turn_id, kind)
         return Transcribed((*before, verdict), verdict)
 
     def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
@@ -243,8 +208,7 @@ class TurnMachine:
         starts now (the VAD no longer decides its start or end)."""
         cmds = self.interrupt(now_ns)
         self.endpointer.abandon()
-        self._ptt_since_ns = now_ns
-        self._held_expired = False
+        self._hold.press(now_ns)
         if self.user is None:
             pre = self._vad.pre_roll_ms * self._rate // 1000
             cmds.extend(self._begin(position, max(0, position - pre), spoken_over=None))
@@ -258,9 +222,9 @@ class TurnMachine:
 
     def ptt_released(self, position: int) -> list[Command]:
         """Push-to-talk released: the user's turn ends now (no end-of-speech silence)."""
-        if self._ptt_since_ns is None:
+        if not self._hold.key_down:
             return []
-        self._ptt_since_ns = None
+        self._hold.release()
         self.endpointer.abandon()
         if self.user is None:
             return []
@@ -270,8 +234,8 @@ class TurnMachine:
         """The client committed its input at sample ``position``: the user's turn in
         progress ends now (manual detection: the audio since the last commit or clear;
         with the VAD: the speech so far)."""
-        self._input_from = position
-        if self.user is None or self._ptt_since_ns is not None:
+        self._hold.input_from = position
+        if self.user is None or self._hold.key_down:
             return []
         speech_end = position
         if self._options.detection is Detection.VAD:
@@ -282,8 +246,8 @@ class TurnMachine:
     def drop(self, position: int) -> list[Command]:
         """The client cleared its input at sample ``position``: the user's turn in progress
         is abandoned (its audio is neither transcribed nor answered)."""
-        self._input_from = position
-        if self.user is None or self._ptt_since_ns is not None:
+        self._hold.input_from = position
+        if self.user is None or self._hold.key_down:
             return []
         t = self._turns[self.user]
         self._move(t, Step.DROP)
@@ -295,8 +259,7 @@ class TurnMachine:
     def respond(self) -> list[Command]:
         """A reply asked for with no user speech (a realtime ``response.create``): its turn
         starts REPLYING, sealed (nothing continues it); speech over it is a barge-in."""
-        t = TurnState(self._next_id, phase=Phase.REPLYING, sealed=True)
-        self._next_id += 1
+        t = TurnState(next(self._ids), phase=Phase.REPLYING, sealed=True)
         self._turns[t.turn_id] = t
         return [BeginReply(t.turn_id), StartReply(t.turn_id)]
 
@@ -338,23 +301,18 @@ class TurnMachine:
 
     def _barge_in_frame(self, p: float, frame_start_ns: int, is_echo: EchoProbe, cmds: list[Command]) -> None:
         audible = self._turns.get(self.audible or 0)
-        threshold = self._vad.neg_threshold if self.tracker.counting else self._vad.threshold
-        action = self.tracker.frame(
-            voiced=p >= threshold, assistant_audible=audible is not None, frame_start_ns=frame_start_ns
+        heard = self.tracker.hear(
+            p, self._vad, is_echo, assistant_audible=audible is not None, frame_start_ns=frame_start_ns
         )
         if audible is None:
             return
-        match action:
+        match heard:
             case SpeechOverReply(onset_ns=onset):
-                if is_echo(onset):  # frames that slipped through the per-frame gate
-                    self.tracker.resolved()
-                else:
-                    cmds.extend(self._pause(audible, onset))
-            case ConfirmInterruption(onset_ns=onset):
-                if is_echo(onset):  # a long window tells echo apart reliably
-                    cmds.extend(self._false_interruption(audible, InterruptionKind.ECHO))
-                else:
-                    cmds.extend(self._confirm(audible, CancelReason.LONG_SPEECH))
+                cmds.extend(self._pause(audible, onset))
+            case ConfirmInterruption():
+                cmds.extend(self._confirm(audible, CancelReason.LONG_SPEECH))
+            case EchoOverReply():
+                cmds.extend(self._false_interruption(audible, InterruptionKind.ECHO))
 
     def _endpoint(self, step: EndpointAction, cmds: list[Command]) -> None:
         user = self._turns.get(self.user) if self.user is not None else None
@@ -372,7 +330,7 @@ class TurnMachine:
 
     def _speech_started(self, s: SpeechStarted) -> list[Command]:
         latest = self._latest_reply()
-        if latest is not None and self._can_continue(latest, s.onset_sample):
+        if latest is not None and self.continuation.continues(latest, s.onset_sample):
             return self._continue(latest, s.onset_sample)
         cmds: list[Command] = []
         if latest is not None and latest.phase is Phase.REPLYING and self._barge_in.enabled:
@@ -384,8 +342,7 @@ class TurnMachine:
         cmds: list[Command] = [Seal(t.turn_id) for t in self._turns.values() if not t.sealed]
         for t in self._turns.values():
             t.sealed = True
-        t = TurnState(self._next_id, spoken_over=spoken_over)
-        self._next_id += 1
+        t = TurnState(next(self._ids), spoken_over=spoken_over)
         self._turns[t.turn_id] = t
         self.user = t.turn_id
         cmds.insert(0, BeginTurn(t.turn_id, onset, start, spoken_over))
@@ -412,21 +369,6 @@ class TurnMachine:
         replies = [t for t in self._turns.values() if t.phase in REPLY_PHASES]
         return replies[-1] if replies else None
 
-    def _can_continue(self, t: TurnState, onset: int) -> bool:
-        """Speech with its onset at input sample ``onset`` continues ``t`` (its reply not
-        heard yet, or only within the grace) -- unless it starts more than
-        ``turn.continuation_max_gap_ms`` after the user's own end of speech: however slow
-        the reply, that is a new turn."""
-        if not self._cfg.continuation or t.sealed or t.ptt or t.ended_by is Rule.MAX_TURN:
-            return False
-        max_gap = self._cfg.continuation_max_gap_ms * self._rate // 1000
-        if max_gap > 0 and t.speech_end_sample is not None and onset - t.speech_end_sample > max_gap:
-            return False
-        if t.phase is Phase.REPLYING:
-            return True
-        grace_ns = self._cfg.continuation_grace_ms * 1_000_000
-        return t.audible_ns is not None and self._time_of(onset) - t.audible_ns <= grace_ns
-
     def _continue(self, t: TurnState, onset: int) -> list[Command]:
         if t.phase in HEARD_PHASES:
             self.tracker.resolved()  # its pause (if any) was this same speech
@@ -436,18 +378,12 @@ class TurnMachine:
         return [ContinueTurn(t.turn_id, onset)]
 
     def _expire(self, now_ns: int, cmds: list[Command]) -> None:
-        """Seal a turn whose reply has been audible for longer than the grace -- unless a
-        voiced run that began within the grace may still become speech (it decides)."""
-        grace_ns = self._cfg.continuation_grace_ms * 1_000_000
-        onset = self.endpointer.pending_onset
-        onset_ns = None if onset is None else self._time_of(onset)
+        """Seal the turns that can no longer be continued."""
+        pending = self.endpointer.pending_onset
         for t in self._turns.values():
-            if t.sealed or t.audible_ns is None or now_ns - t.audible_ns <= grace_ns:
-                continue
-            if onset_ns is not None and onset_ns - t.audible_ns <= grace_ns:
-                continue
-            t.sealed = True
-            cmds.append(Seal(t.turn_id))
+            if self.continuation.expired(t, now_ns, pending):
+                t.sealed = True
+                cmds.append(Seal(t.turn_id))
 
     def _manual_frame(self, now_ns: int) -> list[Command]:
         """Manual detection: the frame is only counted; with no turn open one starts."""
@@ -455,22 +391,15 @@ class TurnMachine:
         start = self.endpointer.position
         self.endpointer.update(0.0)
         if self.user is None:
-            start = max(start, self._input_from)
+            start = max(start, self._hold.input_from)
             cmds.extend(self._begin(start, start, spoken_over=None))
-            self._manual_since_ns, self._held_expired = self._time_of(start), False
-        self._held_max_turn(self._manual_since_ns, now_ns, cmds)
+            self._hold.manual(self._time_of(start))
+        self._held_max_turn(self._hold.manual_since_ns, now_ns, cmds)
         return cmds
-
-    def _verdict(self, turn_id: int, kind: InterruptionKind | None) -> Answer | Keep:
-        return Answer(turn_id, kind) if self._options.auto_reply else Keep(turn_id, kind)
 
     def _held_max_turn(self, since: int | None, now_ns: int, cmds: list[Command]) -> None:
         """A push-to-talk or manual turn longer than ``vad.max_turn_s`` ends anyway."""
-        limit_ns = round(self._vad.max_turn_s * 1e9)
-        if since is None or self.user is None or self._held_expired or limit_ns <= 0:
-            return
-        if now_ns - since >= limit_ns:
-            self._held_expired = True
+        if self.user is not None and self._hold.overdue(since, now_ns, self._vad.max_turn_s):
             pos = self.endpointer.position
             cmds.extend(self._end(EndOfTurn(pos, pos, Rule.MAX_TURN)))
 
@@ -495,6 +424,6 @@ class TurnMachine:
         if t.phase is not Phase.PAUSED:
             return []  # never stopped: not an interruption at all
         if not self._barge_in.resume_after_false_interruption:
-            return self._cancel(t, _STOPPED_BY[kind])
+            return self._cancel(t, CancelReason.stopped_by(kind))
         self._move(t, Step.RESUME_REPLY)
         return [ResumeReply(t.turn_id, kind)]

@@ -3,8 +3,9 @@
 Inputs the runtime reports asynchronously are events (:class:`EvidenceFound`); how a
 session takes turns beyond its config is :class:`TurnOptions` (a realtime client's
 ``session.update``); the machine's answers are commands, imperative, one class each,
-dispatched with ``match`` (:data:`Command`). The machine itself, its phases and its
-transition table are in :mod:`voice_pipeline.turntaking.machine`.
+dispatched with ``match`` (:data:`Command`). The machine itself is
+:mod:`voice_pipeline.turntaking.machine`; its phases and transition table are in
+:mod:`voice_pipeline.turntaking.phases`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class TurnOptions:
     #: (:class:`Keep`) until the client asks for a reply (``create_response: false``)
     auto_reply: bool = True
 
+    def verdict(self, turn_id: int, interruption: InterruptionKind | None) -> Answer | Keep:
+        """A final transcript that stands: answered at once, or kept (``auto_reply`` off)."""
+        return Answer(turn_id, interruption) if self.auto_reply else Keep(turn_id, interruption)
+
 
 class CancelReason(enum.StrEnum):
     """Why a reply was cancelled (the text of the ``ReplyInterrupted`` event)."""
@@ -68,12 +73,20 @@ class CancelReason(enum.StrEnum):
     def false_interruption(self) -> bool:
         """The reply was stopped by something that was not an interruption after all (no
         words, a backchannel, its own echo) and not resumed."""
-        return self in _FALSE_INTERRUPTIONS
+        return self in _STOPPED_BY.values()
+
+    @staticmethod
+    def stopped_by(kind: InterruptionKind) -> CancelReason:
+        """Why a reply paused by a false interruption of this ``kind`` (not ``WORDS``) is
+        cancelled rather than resumed (``barge_in.resume_after_false_interruption`` off)."""
+        return _STOPPED_BY[kind]
 
 
-_FALSE_INTERRUPTIONS = frozenset(
-    {CancelReason.STOPPED_BY_NO_WORDS, CancelReason.STOPPED_BY_BACKCHANNEL, CancelReason.STOPPED_BY_ECHO}
-)
+_STOPPED_BY = {
+    InterruptionKind.NO_WORDS: CancelReason.STOPPED_BY_NO_WORDS,
+    InterruptionKind.BACKCHANNEL: CancelReason.STOPPED_BY_BACKCHANNEL,
+    InterruptionKind.ECHO: CancelReason.STOPPED_BY_ECHO,
+}
 
 
 # ---------------------------------------------------------------- commands

@@ -1,0 +1,70 @@
+"""When the user's turn ends, and when that end is taken back (pure; the ``turn.*`` settings).
+
+The end is proposed by the :class:`~vad.endpointer.Endpointer` (silence after speech)
+and decided by the semantic policy of :mod:`vad.end_of_turn`, which
+:func:`end_of_turn_policy` builds from the config. No policy is sure: a speaker may
+go on after the end. :class:`Continuation` decides when their speech **continues**
+the turn that ended (the reply is dropped, both parts are one utterance) rather than
+starting a new one: while its reply is not audible yet, or within
+``turn.continuation_grace_ms`` of its first audio (the user had not heard it) -- but
+never speech that starts more than ``turn.continuation_max_gap_ms`` after the user's
+own end of speech. It also decides when a turn can no longer be continued (the
+machine then seals it).
+
+Not continued, on purpose: a turn ended by ``vad.max_turn_s`` and a push-to-talk
+turn (see :mod:`voice_pipeline.turntaking.phases`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from vad.end_of_turn import EndOfTurnPolicy, Rule
+from voice_pipeline.config import TurnConfig, VADConfig
+from voice_pipeline.turntaking.phases import Phase, TurnState
+
+
+def end_of_turn_policy(vad: VADConfig, turn: TurnConfig, *, uses_model: bool) -> EndOfTurnPolicy | None:
+    """The semantic end-of-turn policy the config asks for (None: ``turn.semantic`` off)."""
+    if not turn.semantic:
+        return None
+    return EndOfTurnPolicy(
+        vad.end_silence_ms,
+        turn.unsure_silence_ms,
+        turn.incomplete_silence_ms,
+        turn.complete_threshold,
+        uses_model=uses_model,
+    )
+
+
+class Continuation:
+    """The continuation rules of one session (``turn.continuation*``)."""
+
+    def __init__(self, turn: TurnConfig, *, sample_rate_hz: int, time_of: Callable[[int], int]) -> None:
+        """``time_of(sample)``: the monotonic time of an input sample."""
+        self._enabled = turn.continuation
+        self._max_gap = turn.continuation_max_gap_ms * sample_rate_hz // 1000  # in samples
+        self._grace_ns = turn.continuation_grace_ms * 1_000_000
+        self._time_of = time_of
+
+    def continues(self, t: TurnState, onset: int) -> bool:
+        """Speech with its onset at input sample ``onset`` continues ``t`` (its reply not
+        heard yet, or only within the grace) -- unless it starts more than
+        ``turn.continuation_max_gap_ms`` after the user's own end of speech: however slow
+        the reply, that is a new turn."""
+        if not self._enabled or t.sealed or t.ptt or t.ended_by is Rule.MAX_TURN:
+            return False
+        end = t.speech_end_sample
+        if self._max_gap > 0 and end is not None and onset - end > self._max_gap:
+            return False
+        if t.phase is Phase.REPLYING:
+            return True
+        return t.audible_ns is not None and self._time_of(onset) - t.audible_ns <= self._grace_ns
+
+    def expired(self, t: TurnState, now_ns: int, pending_onset: int | None) -> bool:
+        """``t`` (not sealed yet) can no longer be continued: its reply has been audible
+        for longer than the grace -- unless a voiced run that began within the grace
+        (its onset at input sample ``pending_onset``) may still become speech: it decides."""
+        if t.sealed or t.audible_ns is None or now_ns - t.audible_ns <= self._grace_ns:
+            return False
+        return pending_onset is None or self._time_of(pending_onset) - t.audible_ns > self._grace_ns
