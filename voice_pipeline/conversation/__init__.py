@@ -1,7 +1,10 @@
 """One conversation at runtime: the thin asyncio adapters that carry out the turn machine's decisions.
 
 :mod:`~voice_pipeline.conversation.session` wires VAD -> ASR -> LLM -> TTS for one
-listener and executes the commands of :mod:`voice_pipeline.turntaking`.
+listener and executes the commands of :mod:`voice_pipeline.turntaking`; its input side
+is :mod:`~voice_pipeline.conversation.listening` (VAD, echo check), the turns it has
+open :mod:`~voice_pipeline.conversation.open_turns`, the owner of its tasks
+:mod:`~voice_pipeline.conversation.tasks`.
 A :mod:`~voice_pipeline.conversation.turn` is one user turn and its reply: the
 user's side (:mod:`~voice_pipeline.conversation.utterance`: transcripts, the evidence
 of each pause, the LLM prefetch) and the assistant's

@@ -5,15 +5,18 @@ each turn and its reply, is :class:`voice_pipeline.turntaking.machine.TurnMachin
 endpointer, the semantic end-of-turn policy and the barge-in tracker); what the LLM
 sees is :class:`voice_pipeline.conversation.history.History`; the echo check, the ASR commit
 policy, clause chunking and the ledger are pure too. This module routes input to
-them, carries out the machine's commands (on :class:`voice_pipeline.conversation.turn.Turn`), and
+them, carries out the machine's commands (on :class:`voice_pipeline.conversation.turn.Turn`,
+kept in :class:`~voice_pipeline.conversation.open_turns.OpenTurns` until it is over), and
 owns the tasks, queues and clocks.
 
 Ownership:
 
-* The transport calls :meth:`Session.push_audio` for every input chunk; VAD, the
-  echo check and the machine's frame step run inline there (well under a
-  millisecond per frame), so input backpressure is the transport's own await.
-* Every task is spawned here (:meth:`Session._spawn`) and has its turn as owner: the
+* The transport calls :meth:`Session.push_audio` for every input chunk; the
+  :class:`~voice_pipeline.conversation.listening.Listener` (VAD, the echo check) and
+  the machine's frame step run inline there (well under a millisecond per frame), so
+  input backpressure is the transport's own await.
+* Every task is spawned through the session's
+  :class:`~voice_pipeline.conversation.tasks.SessionTasks` and has its turn as owner: the
   partial transcripts, the evidence of each pause and the LLM prefetch
   (:mod:`voice_pipeline.conversation.utterance`), and one reply task per turn running
   :meth:`voice_pipeline.conversation.reply.Reply.run` (one TaskGroup: LLM -> clauses -> TTS ->
@@ -39,39 +42,32 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import logging
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from llm.base import ChatMessage
-from llm.prefill import PrefillPlanner, Prefix
+from llm.prefill import PrefillPlanner
 from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
-from voice_pipeline.audio import finite_audio, last_sound_end
-from voice_pipeline.clock import ms_to_ns, now_ns
+from voice_pipeline.clock import now_ns
 from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
-from voice_pipeline.conversation.history import Context, History, admits, remember
+from voice_pipeline.conversation.history import Context, History
+from voice_pipeline.conversation.listening import Listener
+from voice_pipeline.conversation.open_turns import OpenTurns
 from voice_pipeline.conversation.reply import Phrases, ReplyOptions, ReplyRequest
+from voice_pipeline.conversation.tasks import SessionTasks
 from voice_pipeline.conversation.turn import Turn, TurnContext
 from voice_pipeline.conversation.warmer import PrefixWarmer
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ClosedError
-from voice_pipeline.inputbuf import InputHistory
-from voice_pipeline.ledger.ledger import Mark, SessionLedger
-from voice_pipeline.ledger.records import Span, TurnRecord
+from voice_pipeline.ledger.ledger import SessionLedger
+from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
 from voice_pipeline.turntaking import messages as te
-from voice_pipeline.turntaking.echo import EchoGate
 from voice_pipeline.turntaking.machine import TurnMachine, end_of_turn_policy
-
-log = logging.getLogger(__name__)
-
-_HISTORY_S = 4.0  # recent input kept for pre-roll, sample->time lookups and the echo check
-_END_SEARCH_S = 0.3  # how far before the VAD's end of speech to look for the acoustic end
 
 
 class Session:
@@ -91,11 +87,11 @@ class Session:
         self._transport = transport
         self._clock = clock
         self.rate_hz = cfg.audio.pipeline_rate_hz
-        self._vad = engines.vad.stream()
-        self._frame = engines.vad.frame_samples
-        self._input = InputHistory(self.rate_hz, _HISTORY_S, clock)
-        self._vad_end = 0  # end sample of the last VAD frame
-        self._echo = EchoGate(cfg.barge_in, self.rate_hz, self._input, clock())
+        self._tasks = SessionTasks()
+        spawn = self._tasks.spawn
+        self._turns = OpenTurns()
+        self._listener = Listener(engines.vad, cfg.barge_in, self.rate_hz, clock)
+        self._input, self._echo = self._listener.input, self._listener.echo
         self._phrases = Phrases(engines.tts, transport.output_rate_hz)
         self._phrases_prepared = False
         self._has_turn_model = engines.turn is not None
@@ -104,13 +100,14 @@ class Session:
             cfg.turn,
             cfg.barge_in,
             sample_rate_hz=self.rate_hz,
-            frame_samples=self._frame,
+            frame_samples=engines.vad.frame_samples,
             time_of=self._input.time_of,
             policy=self._policy(cfg),
             prefetch=cfg.dialogue.speculative_start and not cfg.dialogue.tools,  # README "Tools"
         )
         self._history = History(cfg.dialogue.system_prompt, cfg.dialogue.history_max_tokens)
-        tools = None if context is not None else ToolBox.of(cfg.dialogue, self._spawn, self._history.resolve)
+        self._context: Context = context or self._history
+        tools = None if context is not None else ToolBox.of(cfg.dialogue, spawn, self._history.resolve)
         self._ctx = TurnContext(
             engines,
             cfg,
@@ -120,7 +117,7 @@ class Session:
             self._phrases,
             self._echo,
             self._input.time_of,
-            self._spawn,
+            spawn,
             on_evidence=lambda found: self._execute(self._machine.evidence(found)),
             on_audible=self._reply_audible,
             on_committed=self._warm,
@@ -130,19 +127,11 @@ class Session:
         tuning = engines.tuning
         block = tuning.kv_block_tokens if tuning is not None else cfg.llm.kv_block_tokens or 32
         planner = PrefillPlanner(block_tokens=block, tag=f"{id(self):x}")
-        self._warmer = PrefixWarmer(engines.llm, planner, self._spawn, enabled=cfg.dialogue.prefill_ahead)
-        self._context: Context = context or self._history
+        warm = cfg.dialogue.prefill_ahead
+        self._warmer = PrefixWarmer(engines.llm, planner, spawn, self._context.prefix, enabled=warm)
         self._reply_options = ReplyOptions()
         self._requests: dict[int, ReplyRequest] = {}  # asked for, until their turn begins
-        self._turns: dict[int, Turn] = {}
-        self._capture: Turn | None = None  # the turn whose utterance gets the input
-        self._replying: set[int] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._idle = asyncio.Event()  # no user turn and no reply in progress
-        self._idle.set()
-        self._no_reply = asyncio.Event()
-        self._no_reply.set()
 
     # ------------------------------------------------------------ the conversation
 
@@ -164,22 +153,13 @@ class Session:
             raise ClosedError("the session")
         if not self._phrases_prepared:
             self._prepare_phrases()
-        samples = finite_audio(samples)  # one NaN would corrupt the VAD's recurrent state
-        self._input.append(samples, self._clock() if t_ns is None else t_ns)
-        if self._capture is not None:
-            self._capture.utterance.append(samples)
-        for prob in self._vad.push(samples):
-            self._vad_end += self._frame
-            end = self._vad_end
-            if prob >= self._cfg.vad.neg_threshold and self._echo.is_echo(end):
-                prob = 0.0  # the assistant's own voice coming back
+        samples = self._listener.record(samples, self._clock() if t_ns is None else t_ns)
+        if self._turns.capture is not None:
+            self._turns.capture.utterance.append(samples)
+        for f in self._listener.frames(samples, self._cfg.vad.neg_threshold):
+            now = self._clock()
             self._execute(
-                self._machine.frame(
-                    prob,
-                    frame_start_ns=self._input.time_of(end - self._frame),
-                    now_ns=self._clock(),
-                    is_echo=functools.partial(self._echo.speech_is_echo, mic_end=end),
-                )
+                self._machine.frame(f.prob, frame_start_ns=f.start_ns, now_ns=now, is_echo=f.is_echo)
             )
 
     def time_of_sample(self, sample: int) -> int:
@@ -242,109 +222,74 @@ class Session:
     # ------------------------------------------------------------ carrying out commands
 
     def _execute(self, cmds: list[te.Command]) -> None:
+        turns = self._turns
         for cmd in cmds:
             match cmd:
                 case te.BeginTurn(turn_id=tid, onset_sample=onset, start_sample=start, spoken_over=over):
                     turn = Turn(tid, self.ledger.new_turn(tid), self._ctx, spoken_over=over)
-                    self._turns[tid] = turn
-                    self._capture = turn
-                    self._idle.clear()
+                    turns.add(turn, capture=True)
                     turn.begin(self._input.time_of(onset), start, self._input.since(start))
                     self._warm()
                 case te.BeginReply(turn_id=tid):
                     turn = Turn(tid, self.ledger.new_turn(tid), self._ctx, spoken_over=None)
-                    self._turns[tid] = turn
                     turn.request = self._requests.pop(tid)
                     turn.user_text = turn.request.user_text
-                    self._idle.clear()
+                    turns.add(turn, capture=False)
                 case te.DropTurn(turn_id=tid):
-                    self._drop(self._turns.pop(tid))
+                    self._drop(turns[tid])
                 case te.ContinueTurn(turn_id=tid):
-                    turn = self._turns[tid]
-                    self._reply_over(tid)
-                    self._capture = turn
-                    self._idle.clear()
-                    turn.continue_()
+                    turns.reply_over(tid)
+                    turns.listen(turns[tid])
+                    turns[tid].continue_()
                 case te.Speculate(turn_id=tid, speech_end_sample=end):
-                    self._turns[tid].utterance.speculate(end)
+                    turns[tid].utterance.speculate(end)
                 case te.StopSpeculating(turn_id=tid):
-                    self._turns[tid].utterance.stop_speculating()
+                    turns[tid].utterance.stop_speculating()
                 case te.Prefetch(turn_id=tid) if self._reply_options.tools is None:  # it has no tools
                     self._warmer.llm_starting()
-                    turn = self._turns[tid]
-                    tag = f"{id(self)}-{tid}-{turn.epoch}"
-                    request = functools.partial(self._context.request, turn_id=tid)
-                    turn.utterance.prefetch(request, self._context.version, tag)
+                    turns[tid].prefetch(self._context, str(id(self)))
                 case te.EndTurn(turn_id=tid, end=end):
-                    speech_end = self._input.time_of(self._acoustic_end(end.speech_end_sample))
-                    self._turns[tid].end(end, speech_end)
+                    speech_end = self._input.time_of(self._listener.acoustic_end(end.speech_end_sample))
+                    turns[tid].end(end, speech_end)
                 case te.StartReply(turn_id=tid):
                     self._warmer.llm_starting()
-                    self._start_reply(self._turns[tid])
+                    self._start_reply(turns[tid])
                 case te.PauseReply(turn_id=tid, onset_ns=onset):
-                    self._turns[tid].pause_reply(onset)
+                    turns[tid].pause_reply(onset)
                 case te.ResumeReply(turn_id=tid, kind=kind):
-                    self._turns[tid].resume_reply(kind)
+                    turns[tid].resume_reply(kind)
                 case te.CancelReply(turn_id=tid, reason=reason, barge_in=barge_in):
-                    self._turns[tid].cancel_reply(reason, barge_in=barge_in)
+                    turns[tid].cancel_reply(reason, barge_in=barge_in)
                 case te.Seal(turn_id=tid):
-                    if self._capture is not None and self._capture.turn_id == tid:
-                        self._capture = None
+                    turns.seal(tid)
                 case te.Answer() | te.Keep() | te.Dismiss():
                     pass  # read by the reply task that asked (see _answer)
 
     def _warm(self, committed: str = "") -> None:
         """Keep the next request's known start in the LLM's prefix cache (:mod:`.warmer`):
         the system prompt and history, and the committed words of the user's utterance."""
-        idle = not self._replying and not any(t.utterance.prefetching for t in self._turns.values())
-        self._warmer.warm(self._prefix(committed), idle=idle)
-
-    def _prefix(self, committed: str = "") -> Prefix:
-        """The known start of the next request: the context's prefix (system prompt and the
-        past turns: the History, or a realtime session's conversation) + the committed words."""
-        return Prefix(tuple(self._context.prefix()), committed.strip())
-
-    def _acoustic_end(self, vad_end: int) -> int:
-        """The VAD's last voiced frame ends 40-100 ms after the sound does (model
-        hangover); look at the level of the audio before it for the true end."""
-        start = max(0, vad_end - int(_END_SEARCH_S * self.rate_hz))
-        end = last_sound_end(self._input.since(start)[: vad_end - start], self.rate_hz)
-        return vad_end if end is None else min(vad_end, start + end)
+        self._warmer.warm(committed, idle=self._turns.llm_idle)
 
     # ------------------------------------------------------------ the reply
 
     def _start_reply(self, turn: Turn) -> None:
-        self._replying.add(turn.turn_id)
-        self._no_reply.clear()
+        self._turns.reply_started(turn.turn_id)
         epoch = turn.epoch
-        turn.reply_task = self._spawn(self._reply_turn(turn, epoch), f"reply-{turn.turn_id}")
+        turn.reply_task = self._tasks.spawn(self._reply_turn(turn, epoch), f"reply-{turn.turn_id}")
         turn.reply_task.add_done_callback(functools.partial(self._reply_done, turn, epoch))
-
-    def _reply_over(self, turn_id: int) -> None:
-        self._replying.discard(turn_id)
-        if not self._replying:
-            self._no_reply.set()
 
     async def _reply_turn(self, turn: Turn, epoch: int) -> None:
         try:
             try:
                 await self._answer(turn)
             except* Exception as group:
-                turn.fail(_first_leaf(group))
-            if turn.failed is not None and self._cfg.dialogue.apology and self._spoken(turn):
-                reply = turn.reply or turn.new_reply()
-                turn.reply = reply
-                await reply.say(self._cfg.dialogue.apology, Mark.APOLOGY_SENT)
+                turn.fail(group)
+            if turn.failed is not None and self._cfg.dialogue.apology and turn.spoken(self._reply_options):
+                await turn.apologize(self._cfg.dialogue.apology)
         finally:
             if epoch == turn.epoch:  # else the user continued the turn: it is not over
                 turn.utterance.drop_prefetch()
                 self._finish(turn)
-
-    def _spoken(self, turn: Turn) -> bool:
-        """The turn's reply is spoken (not text only): an apology is too."""
-        if turn.reply is not None:
-            return turn.reply.options.speak
-        return (turn.request.options if turn.request is not None else self._reply_options).speak
 
     def _reply_done(self, turn: Turn, epoch: int, _task: asyncio.Task[None]) -> None:
         if not turn.done and epoch == turn.epoch:  # cancelled before its first step
@@ -355,16 +300,8 @@ class Session:
             turn.reply = turn.new_reply()
             await turn.reply.run(list(turn.request.messages), options=turn.request.options)
             return
-        final = await turn.final_transcript()
-        turn.ledger.asr_decode_ms = final.decode_ms
-        turn.ledger.asr_speculative = final.speculative
-        turn.ledger.compute(Span.ASR_FINAL, final.decode_start_ns, final.decode_end_ns)
-        turn.mark(Mark.TRANSCRIPT_FINAL, self._clock())
-        turn.user_text = final.text.strip()
-        self._transport.emit(ev.TranscriptFinalized(turn.turn_id, self._clock(), turn.user_text))
-        over = self._turns.get(turn.spoken_over) if turn.spoken_over is not None else None
-        said = over.reply.text if over is not None and over.reply is not None else ""
-        transcribed = self._machine.transcribed(turn.turn_id, turn.user_text, said)
+        turn.transcribed(await turn.final_transcript())
+        transcribed = self._machine.transcribed(turn.turn_id, turn.user_text, self._turns.said_over(turn))
         self._execute(list(transcribed.commands))
         verdict = transcribed.verdict
         if isinstance(verdict, te.Answer | te.Dismiss) and verdict.interruption is not None:
@@ -372,18 +309,10 @@ class Session:
         if not isinstance(verdict, te.Answer):
             return  # no words, a backchannel, echo or noise over a reply, or kept: no reply
         # what was heard of earlier replies cut by the user (or their unheard words) enters the history first
-        ending = [t.reply_task for t in self._turns.values() if t.turn_id < turn.turn_id and t.winding_down]
+        ending = self._turns.winding_down_before(turn.turn_id)
         if ending:
-            await asyncio.wait([task for task in ending if task is not None])
-        prefetched = await turn.utterance.take_prefetch(turn.user_text, self._context.version)
-        turn.ledger.llm_prefetched = prefetched is not None
-        messages = self._context.request(turn.user_text, turn.turn_id)
-        turn.reply = turn.new_reply()
-        filler_at = None
-        speech_end = turn.ledger.get(Mark.SPEECH_END)
-        if self._cfg.dialogue.filler_after_ms > 0 and speech_end is not None:
-            filler_at = speech_end + ms_to_ns(self._cfg.dialogue.filler_after_ms)
-        await turn.reply.run(messages, prefetched, filler_at_ns=filler_at, options=self._reply_options)
+            await asyncio.wait(ending)
+        await turn.answer(self._context, self._reply_options)
 
     def _reply_audible(self, turn_id: int, epoch: int) -> None:
         turn = self._turns.get(turn_id)
@@ -391,47 +320,26 @@ class Session:
             self._execute(self._machine.reply_audible(turn_id, self._clock()))
 
     def _finish(self, turn: Turn) -> TurnRecord:
-        record, heard = turn.finish()
+        record = turn.finish(self._context)
         self.ledger.add(record)
-        asked, failed = turn.request is None or turn.request.remember, turn.failed is not None
-        if admits(turn.user_text, asked=asked, interruption=record.interruption, failed=failed, heard=heard):
-            cut, tools = turn.interrupted or failed, turn.tool_messages()
-            remember(self._context, turn.user_text, heard, cut=cut, tools=tools)
         self._execute(self._machine.reply_finished(turn.turn_id))
-        self._reply_over(turn.turn_id)
+        self._turns.reply_over(turn.turn_id)
         if record.assistant_text and not turn.interrupted and turn.failed is None:
-            self._warmer.served(self._prefix())  # the reply's own generation cached it
+            self._warmer.served()  # the reply's own generation cached it
         self._warm()
-        self._turns.pop(turn.turn_id, None)
-        self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
-        self._maybe_idle()
+        self._turns.remove(turn.turn_id)
+        self._tasks.spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
+        self._turns.settle(user_turn=self._machine.user is not None)
         self._transport.emit(ev.TurnCompleted(turn.turn_id, self._clock(), record))
         return record
 
     def _drop(self, turn: Turn) -> None:
         """The user's turn was abandoned before it ended: nothing of it is kept."""
+        self._turns.remove(turn.turn_id)
         turn.drop()
-        if self._capture is turn:
-            self._capture = None
-        self._spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
-        self._maybe_idle()
-
-    def _maybe_idle(self) -> None:
-        if self._machine.user is None and not self._replying:  # no user turn, no reply
-            self._idle.set()
-
-    # ------------------------------------------------------------ tasks
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+        self._turns.seal(turn.turn_id)
+        self._tasks.spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
+        self._turns.settle(user_turn=self._machine.user is not None)
 
     def _prepare_phrases(self) -> None:
         """Synthesize the filler in the background, so it costs nothing when it is needed.
@@ -439,7 +347,7 @@ class Session:
         self._phrases_prepared = True
         text = self._cfg.dialogue.filler_text
         if self._cfg.dialogue.filler_after_ms > 0 and text:
-            self._spawn(self._phrases.prepare(text), "prepare-filler")
+            self._tasks.spawn(self._phrases.prepare(text), "prepare-filler")
 
     async def _real_sleep_until(self, t_ns: int) -> None:
         await asyncio.sleep(max(0.0, (t_ns - self._clock()) / 1e9))
@@ -449,20 +357,20 @@ class Session:
     @property
     def busy(self) -> bool:
         """A user turn or a reply is in progress."""
-        return not self._idle.is_set()
+        return self._turns.busy
 
     async def wait_idle(self) -> None:
-        await self._idle.wait()
+        await self._turns.wait_idle()
 
     async def wait_idle_reply(self) -> None:
         """Return once no reply is in progress."""
-        await self._no_reply.wait()
+        await self._turns.wait_no_reply()
 
     async def wait_evidence(self) -> None:
         """Return once the evidence of every pause being decided has come back (a driver
         that feeds input faster than real time waits here, so that the end-of-turn policy
         decides as if the models answered at once)."""
-        for turn in list(self._turns.values()):
+        for turn in self._turns:
             await turn.utterance.evidence_settled()
 
     def unfinished_tasks(self) -> int:
@@ -473,7 +381,7 @@ class Session:
         return {
             "input_chunks": self._input.chunks,
             "turns_open": len(self._turns),
-            "replies": len(self._replying),
+            "replies": self._turns.replies,
             "tasks": len(self._tasks),
             "echo_reference_chunks": len(self._echo.reference.chunks),
             "history_messages": len(self._history.messages),
@@ -483,18 +391,8 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for turn in list(self._turns.values()):
+        await self._tasks.cancel_all()
+        for turn in self._turns:
             if not turn.done:
                 await turn.utterance.aclose()
-        while self._tasks:  # close-asr tasks spawned by replies finishing during the gather
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
+        await self._tasks.drain()  # close-asr tasks spawned by replies finishing meanwhile

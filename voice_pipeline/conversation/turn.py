@@ -29,7 +29,15 @@ from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
 from voice_pipeline.clock import ms_to_ns
 from voice_pipeline.config import Config
-from voice_pipeline.conversation.reply import Phrases, Reply, ReplyDeps, ReplyRequest, ReplySpeaker
+from voice_pipeline.conversation.history import Context, admits, remember
+from voice_pipeline.conversation.reply import (
+    Phrases,
+    Reply,
+    ReplyDeps,
+    ReplyOptions,
+    ReplyRequest,
+    ReplySpeaker,
+)
 from voice_pipeline.conversation.utterance import Spawn, Utterance
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
@@ -175,6 +183,16 @@ class Turn:
             task.cancel()
             raise
 
+    def transcribed(self, final: FinalTranscript) -> None:
+        """The utterance's final words came: recorded, and told to the listener."""
+        ctx = self._ctx
+        self.ledger.asr_decode_ms = final.decode_ms
+        self.ledger.asr_speculative = final.speculative
+        self.ledger.compute(Span.ASR_FINAL, final.decode_start_ns, final.decode_end_ns)
+        self.mark(Mark.TRANSCRIPT_FINAL, ctx.clock())
+        self.user_text = final.text.strip()
+        ctx.transport.emit(ev.TranscriptFinalized(self.turn_id, ctx.clock(), self.user_text))
+
     def end(self, end: EndOfTurn, speech_end_ns: int) -> None:
         """The machine ended the user's turn (``speech_end_ns``: the acoustic end of speech)."""
         ctx, utterance = self._ctx, self.utterance
@@ -224,6 +242,37 @@ class Turn:
         mark = functools.partial(self._mark_epoch, epoch)
         return Reply(tid, deps, speaker, mark, functools.partial(self._compute_epoch, epoch))
 
+    def prefetch(self, context: Context, session_tag: str) -> None:
+        """Start the speculative reply to the utterance, asked with ``context``."""
+        request = functools.partial(context.request, turn_id=self.turn_id)
+        self.utterance.prefetch(request, context.version, f"{session_tag}-{self.turn_id}-{self.epoch}")
+
+    async def answer(self, context: Context, options: ReplyOptions) -> None:
+        """Reply to the user's words, asked with ``context`` (the prefetched stream if it was
+        started on these very words; the filler if no clause is ready in time)."""
+        prefetched = await self.utterance.take_prefetch(self.user_text, context.version)
+        self.ledger.llm_prefetched = prefetched is not None
+        messages = context.request(self.user_text, self.turn_id)
+        self.reply = self.new_reply()
+        filler_at = None
+        speech_end, after_ms = self.ledger.get(Mark.SPEECH_END), self._ctx.cfg.dialogue.filler_after_ms
+        if after_ms > 0 and speech_end is not None:
+            filler_at = speech_end + ms_to_ns(after_ms)
+        await self.reply.run(messages, prefetched, filler_at_ns=filler_at, options=options)
+
+    def spoken(self, options: ReplyOptions) -> bool:
+        """The turn's reply is spoken (not text only; ``options``: the session's, for a reply
+        not begun): an apology is too."""
+        if self.reply is not None:
+            return self.reply.options.speak
+        return (self.request.options if self.request is not None else options).speak
+
+    async def apologize(self, text: str) -> None:
+        """Say ``text`` after whatever the reply said (the turn failed)."""
+        if self.reply is None:
+            self.reply = self.new_reply()
+        await self.reply.say(text, Mark.APOLOGY_SENT)
+
     def pause_reply(self, onset_ns: int) -> None:
         if self.reply is None:
             return
@@ -253,7 +302,10 @@ class Turn:
         self.reply_task.cancel()
 
     def fail(self, exc: BaseException) -> None:
-        """A stage raised during the turn: report it (the turn then apologizes and ends)."""
+        """A stage raised during the turn (``exc``, or the first exception of the group):
+        report it (the turn then apologizes and ends)."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
         stage = (self.reply.failed_stage or FailedStage.REPLY) if self.reply is not None else FailedStage.ASR
         if isinstance(exc, EngineError):
             log.warning("turn %d failed in %s: %s", self.turn_id, stage, exc)
@@ -268,8 +320,9 @@ class Turn:
         """The reply's tool calls and results, as they stand (see voice_pipeline/tools/loop.py)."""
         return self.reply.tool_messages() if self.reply is not None else []
 
-    def finish(self) -> tuple[TurnRecord, str]:
-        """The turn is over: its record, and the words of the reply the listener heard."""
+    def finish(self, context: Context) -> TurnRecord:
+        """The turn is over: its record. What of it the history admits (the user's words and
+        what the listener heard of the reply) is remembered in ``context``."""
         self.done = True
         self.mark(Mark.TURN_END, self._ctx.clock())
         reply = self.reply
@@ -289,4 +342,8 @@ class Turn:
             interrupted=self.interrupted,
             audio_heard_s=played / self._ctx.transport.output_rate_hz,
         )
-        return record, heard
+        asked, failed = self.request is None or self.request.remember, self.failed is not None
+        if admits(self.user_text, asked=asked, interruption=record.interruption, failed=failed, heard=heard):
+            cut, tools = self.interrupted or failed, self.tool_messages()
+            remember(context, self.user_text, heard, cut=cut, tools=tools)
+        return record

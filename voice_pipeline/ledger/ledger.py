@@ -27,9 +27,9 @@ Where latency is measured: every mark and the one place that sets it (the sessio
 clock; input times are capture stamps, :meth:`voice_pipeline.inputbuf.InputHistory.time_of`)::
 
     speech_start        turn.Turn.begin            capture time of the turn's first voiced frame
-    speech_end          turn.Turn.end              capture time of the acoustic end (Session._acoustic_end)
+    speech_end          turn.Turn.end              capture time of the acoustic end (Listener.acoustic_end)
     endpoint            turn.Turn.end              the end of turn is carried out (the machine's EndTurn)
-    transcript_final    session.Session._answer    the final transcript is in hand
+    transcript_final    turn.Turn.transcribed      the final transcript is in hand
     llm_first_token     reply.Reply._generate      the first LLM delta arrives (prefetched or requested)
     first_clause        reply.Reply._generate      the first complete clause is queued for Piper
     tts_first_audio     reply.Reply._speak         its audio is synthesized (or held audio taken)
