@@ -67,7 +67,8 @@ from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
 from voice_pipeline.turntaking import messages as te
-from voice_pipeline.turntaking.machine import TurnMachine, end_of_turn_policy
+from voice_pipeline.turntaking.ending import end_of_turn_policy
+from voice_pipeline.turntaking.machine import TurnMachine
 
 
 class Session:

@@ -31,7 +31,7 @@ from voice_pipeline.turntaking.bargein import (
     SpeechOverReply,
     classify_interruption,
 )
-from voice_pipeline.turntaking.ending import Continuation, end_of_turn_policy
+from voice_pipeline.turntaking.ending import Continuation
 from voice_pipeline.turntaking.hold import Hold
 from voice_pipeline.turntaking.messages import (
     BeginReply,
@@ -64,9 +64,6 @@ from voice_pipeline.turntaking.phases import (
     TurnState,
     TurnStateError,
 )
-
-#: end_of_turn_policy (turntaking.ending) is still imported from here by conversation/session.py
-__all__ = ["TurnMachine", "end_of_turn_policy"]
 
 
 class TurnMachine:
