@@ -29,11 +29,12 @@ from realtime_support import PROFILE
 from voice_pipeline.realtime import client_events as ce
 from voice_pipeline.realtime.conversation import Conversation
 from voice_pipeline.realtime.errors import ErrorCode, ProtocolError, RealtimeClientError
+from voice_pipeline.realtime.event_json import encode
 from voice_pipeline.realtime.ids import Ids
 from voice_pipeline.realtime.input import InputSequencer
 from voice_pipeline.realtime.items import FunctionCall, Message
 from voice_pipeline.realtime.response import ResponseSequencer, resolve_response
-from voice_pipeline.realtime.server_events import ErrorOccurred, ServerEvent, encode
+from voice_pipeline.realtime.server_events import ErrorOccurred, ServerEvent
 from voice_pipeline.realtime.session_config import initial_config
 from voice_pipeline.realtime.session_update import apply_update
 

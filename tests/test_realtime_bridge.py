@@ -24,6 +24,7 @@ from voice_pipeline.realtime import client_events as ce
 from voice_pipeline.realtime.audio import AudioFormat
 from voice_pipeline.realtime.bridge import RealtimeBridge, steering
 from voice_pipeline.realtime.errors import ErrorCode, RealtimeClientError
+from voice_pipeline.realtime.event_json import encode
 from voice_pipeline.realtime.ids import Ids
 from voice_pipeline.realtime.items import InputAudio, InputText, Message, OutputAudio, Role
 from voice_pipeline.realtime.server_events import (
@@ -31,7 +32,6 @@ from voice_pipeline.realtime.server_events import (
     ResponseDone,
     ServerEvent,
     TurnLatencyMeasured,
-    encode,
 )
 from voice_pipeline.realtime.session_config import initial_config
 from voice_pipeline.realtime.session_update import parse_session

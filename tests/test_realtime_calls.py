@@ -26,6 +26,7 @@ from voice_pipeline.realtime.bridge import RealtimeBridge
 from voice_pipeline.realtime.calls import call_error
 from voice_pipeline.realtime.client_events import CreateItem, ResponseParams
 from voice_pipeline.realtime.errors import ErrorCode, ErrorType, RealtimeClientError
+from voice_pipeline.realtime.event_json import encode
 from voice_pipeline.realtime.ids import Ids
 from voice_pipeline.realtime.items import (
     NO_ID,
@@ -48,7 +49,6 @@ from voice_pipeline.realtime.server_events import (
     ResponseStatus,
     ServerEvent,
     TurnLatencyMeasured,
-    encode,
 )
 from voice_pipeline.realtime.session_config import ServerProfile
 from voice_pipeline.realtime.session_update import parse_session

@@ -51,9 +51,10 @@ from websockets.asyncio.server import ServerConnection, serve
 from voice_pipeline.realtime import client_events as ce
 from voice_pipeline.realtime.audio import AudioFormat
 from voice_pipeline.realtime.errors import ErrorCode, ProtocolError
+from voice_pipeline.realtime.event_json import ServerEventEncoder, encode
 from voice_pipeline.realtime.ids import Ids
 from voice_pipeline.realtime.items import FunctionCallOutput, InputText, ItemReference, Message, Role
-from voice_pipeline.realtime.server_events import ServerEvent, ServerEventEncoder, TurnLatencyMeasured, encode
+from voice_pipeline.realtime.server_events import ServerEvent, TurnLatencyMeasured
 from voice_pipeline.realtime.session_config import Eagerness, Modality
 from voice_pipeline.realtime.session_update import UNSET, ServerVadUpdate, SessionUpdate
 from voice_pipeline.realtime.session_update import SemanticVad as OurSemanticVad

@@ -16,8 +16,8 @@ from voice_pipeline import events as ev
 from voice_pipeline.config import Config
 from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.realtime.bridge import RealtimeBridge
+from voice_pipeline.realtime.event_json import ServerEventEncoder
 from voice_pipeline.realtime.ids import Ids
-from voice_pipeline.realtime.server_events import ServerEventEncoder
 from voice_pipeline.realtime.transport import RealtimeTransport
 
 T = 1_000_000_000

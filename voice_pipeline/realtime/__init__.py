@@ -4,7 +4,7 @@ Pure, synchronous modules (no asyncio, no sockets; the openai package is never
 imported -- it is a test dependency, the reference the tests validate against):
 
 * :mod:`.client_events` -- client events, typed, and the parser (frame -> event | error)
-* :mod:`.server_events` -- server events, typed, and their serializer (event -> JSON)
+* :mod:`.server_events`, :mod:`.event_json` -- server events, typed, and their serializer (event -> JSON)
 * :mod:`.session_config`, :mod:`.session_update` -- the session's configuration and ``session.update``
 * :mod:`.items`, :mod:`.conversation` -- conversation items and the item store
 * :mod:`.response` -- one response's server events in the GA order

@@ -40,56 +40,45 @@ Session events -> server events (the session runs the same turn machine as ``/ws
 
 A response is *active* from ``response.created`` to ``response.done``; its audio
 may still play after that (``output_audio_buffer.stopped`` says when it ended).
+Each response's own events (its audio's deltas and playback, its end) are
+:class:`~.response_state.ResponseState`'s; the bridge keeps the turns and routes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from voice_pipeline import events as ev
 from voice_pipeline.audio import Float32, Int16
 from voice_pipeline.config import Config
 from voice_pipeline.conversation.steering import ReplyRequest
 from voice_pipeline.ledger.records import TurnRecord
-from voice_pipeline.realtime.audio import PCM_RATE_HZ, InputDecoder, OutputEncoder
+from voice_pipeline.realtime.audio import InputDecoder
 from voice_pipeline.realtime.client_events import CreateItem, ResponseParams, TruncateItem
 from voice_pipeline.realtime.context import RealtimeContext, prompt_tokens
 from voice_pipeline.realtime.conversation import Conversation
 from voice_pipeline.realtime.errors import ErrorCode, ErrorType, ProtocolError, refuse
 from voice_pipeline.realtime.ids import IdKind, Ids
 from voice_pipeline.realtime.input import InputSequencer
-from voice_pipeline.realtime.items import InputAudio, Message, OutputAudio, Role
-from voice_pipeline.realtime.response import ResponseSequencer, ResponseSettings, resolve_response
-from voice_pipeline.realtime.response_state import ResponseState, reply_options, usage_of
+from voice_pipeline.realtime.items import untranscribed_audio
+from voice_pipeline.realtime.response import ResponseSettings, resolve_response
+from voice_pipeline.realtime.response_state import OUTPUT_RATE_HZ, ResponseState, reply_options
 from voice_pipeline.realtime.server_events import (
-    AudioDelta,
     InputTranscriptCompleted,
     ItemAdded,
     ItemDeleted,
     ItemDone,
     ItemTruncated,
-    OutputAudioCleared,
-    OutputAudioStarted,
-    OutputAudioStopped,
     ServerEvent,
     SessionCreated,
     SessionUpdated,
-    StatusReason,
     TurnLatencyMeasured,
-    Usage,
 )
 from voice_pipeline.realtime.session_config import ServerProfile, Steering, initial_config, steering
 from voice_pipeline.realtime.session_update import SessionUpdate, apply_update
 from voice_pipeline.turntaking.bargein import InterruptionKind
 
 __all__ = ["OUTPUT_RATE_HZ", "RealtimeBridge", "ResponseState", "Steering", "steering"]
-
-#: the rate reply audio reaches the transport at (each response encodes it to its format)
-OUTPUT_RATE_HZ = PCM_RATE_HZ
-#: longest audio in one response.output_audio.delta
-DELTA_MS = 200
 
 
 @dataclass(slots=True)
@@ -182,15 +171,8 @@ class RealtimeBridge:
     def create_item(self, event: CreateItem) -> tuple[list[ServerEvent], list[tuple[str, int, Float32]]]:
         """``conversation.item.create``; also the user audio to transcribe: (item id, content
         index, samples at the pipeline rate) for each audio part sent without a transcript."""
-        item = event.item
-        audio: list[tuple[int, bytes]] = []
-        if isinstance(item, Message) and item.role is Role.USER:
-            audio = [
-                (n, p.audio)
-                for n, p in enumerate(item.content)
-                if isinstance(p, InputAudio) and p.audio and p.transcript is None
-            ]
-        events = self._changed(self.conversation.create(item, event.previous_item_id))
+        audio = untranscribed_audio(event.item)
+        events = self._changed(self.conversation.create(event.item, event.previous_item_id))
         item_id = next(e.item.id for e in events if isinstance(e, ItemAdded))
         rate = self._base.audio.pipeline_rate_hz
         fmt = self.cfg.input_format
@@ -216,11 +198,7 @@ class RealtimeBridge:
         """``conversation.item.truncate``; an item still being generated is cut when it is done."""
         item_id, index, ms = event.item_id, event.content_index, event.audio_end_ms
         for t in self._turns.values():
-            r = t.response
-            if r is not None and r.seq.open_item_id == item_id and not r.text_only:
-                if index != 0:
-                    raise refuse(ErrorCode.INVALID_VALUE, "the item has 1 content part(s)", "content_index")
-                r.truncate_ms = ms
+            if t.response is not None and t.response.truncate_open(item_id, index, ms):
                 return [ItemTruncated(item_id, index, ms)]
         events = self._changed(self.conversation.truncate(item_id, index, ms))
         for t in self._turns.values():
@@ -275,8 +253,11 @@ class RealtimeBridge:
         )
 
     def _new_response(self, settings: ResponseSettings, prompt: int) -> ResponseState:
-        seq = ResponseSequencer(settings, self._ids, self.conversation)
-        return ResponseState(seq, OutputEncoder(settings.output_format, OUTPUT_RATE_HZ), prompt)
+        return ResponseState.start(settings, self._ids, self.conversation, prompt)
+
+    def _response_of(self, turn_id: int) -> ResponseState | None:
+        t = self._turns.get(turn_id)
+        return None if t is None else t.response
 
     # ------------------------------------------------------------ session events
 
@@ -294,20 +275,19 @@ class RealtimeBridge:
                 return self._response(tid)[1]
             case ev.AssistantTextStreamed(turn_id=tid, text=text):
                 r, events = self._response(tid)
-                return events + r.seq.text(text) if r.text_only and not r.seq.done else events
+                return events + r.text(text)
             case ev.ClauseSynthesized(turn_id=tid, text=text, samples=n):
                 r, events = self._response(tid)
-                if r.text_only or r.seq.done:
-                    return events
-                rate = r.seq.settings.output_format.rate_hz
-                return self._changed(events + r.seq.audio(b"", round(n * rate / OUTPUT_RATE_HZ), text))
+                return self._changed(events + r.clause(text, n))
             case ev.ToolCallStreamed(turn_id=tid) | ev.ToolCallDone(turn_id=tid):
                 r, events = self._response(tid)
                 return self._changed(events + r.calls.on_event(event))
-            case ev.ReplyGenerated(turn_id=tid, output_tokens=n, token_limit=limit):
-                return self._generated(tid, n, limit, event.prompt_tokens, event.cached_tokens)
+            case ev.ReplyGenerated(turn_id=tid):
+                ended = self._response_of(tid)
+                return [] if ended is None else self._changed(ended.generated(event))
             case ev.ReplyInterrupted(turn_id=tid):
-                return self._interrupted(tid)
+                cut = self._response_of(tid)
+                return [] if cut is None else cut.stop_audio()
             case ev.TurnFailed(turn_id=tid, stage=stage, message=message):
                 return self._failed(tid, stage, message)
             case ev.TurnCompleted(turn_id=tid, record=record):
@@ -342,9 +322,7 @@ class RealtimeBridge:
         events: list[ServerEvent] = []
         r, t.response = t.response, None
         if r is not None:
-            events += self._stop_audio(r)
-            if not r.seq.done:
-                events += r.seq.cancel(StatusReason.TURN_DETECTED, Usage(r.prompt_tokens, 0))
+            events += r.superseded()
         if t.committed and t.item_id is not None and t.item_id in self.conversation:
             events += self.conversation.delete(t.item_id)
         t.item_id, t.committed = None, False
@@ -369,27 +347,6 @@ class RealtimeBridge:
         t.response = self._new_response(settings, self.context.prompt_tokens(turn_id) or 0)
         return t.response, t.response.seq.created()
 
-    def _generated(
-        self, turn_id: int, tokens: int, limit: bool, prompt: int | None, cached: int | None
-    ) -> list[ServerEvent]:
-        t = self._turns.get(turn_id)
-        r = t.response if t is not None else None
-        if r is None or r.seq.done:
-            return []
-        usage = usage_of(r, tokens, prompt, cached)
-        events = r.calls.flush()
-        return self._changed(events + (r.seq.incomplete(usage) if limit else r.seq.finish(usage)))
-
-    def _stop_audio(self, r: ResponseState) -> list[ServerEvent]:
-        if not r.audio_started or r.cleared:
-            return []
-        r.cleared = True
-        return [OutputAudioCleared(r.seq.response_id)]
-
-    def _interrupted(self, turn_id: int) -> list[ServerEvent]:
-        t = self._turns.get(turn_id)
-        return [] if t is None or t.response is None else self._stop_audio(t.response)
-
     def _failed(self, turn_id: int, stage: str, message: str) -> list[ServerEvent]:
         t = self._turn(turn_id)
         error = ProtocolError(ErrorCode.SERVER_ERROR, f"{stage} failed: {message}", type=ErrorType.SERVER)
@@ -408,20 +365,7 @@ class RealtimeBridge:
         events: list[ServerEvent] = []
         r = t.response
         if r is not None:
-            if not r.seq.done:
-                usage = usage_of(
-                    r, record.work.llm_tokens, record.llm_prompt_tokens, record.llm_cached_tokens
-                )
-                if record.interrupted:
-                    reason = StatusReason.CLIENT_CANCELLED if r.by_client else StatusReason.TURN_DETECTED
-                    events += r.seq.cancel(reason, usage)
-                elif r.failed is not None:
-                    events += r.seq.fail(r.failed, usage)
-                else:
-                    events += r.calls.flush() + r.seq.finish(usage)
-            events += self._cut_to_heard(r, record)
-            if r.audio_started and not r.cleared:
-                events.append(OutputAudioStopped(r.seq.response_id))
+            events += r.turn_completed(record, self.conversation)
         unheard = not record.user_text or record.interruption not in (None, InterruptionKind.WORDS)
         if t.committed and t.item_id is not None and unheard and t.item_id in self.conversation:
             events += self.conversation.delete(t.item_id)  # noise, a backchannel, echo: not a turn
@@ -429,46 +373,17 @@ class RealtimeBridge:
         events.append(TurnLatencyMeasured(record.as_dict(self._origin_ns), rid, t.item_id))
         return self._changed(events)
 
-    def _cut_to_heard(self, r: ResponseState, record: TurnRecord) -> list[ServerEvent]:
-        """An interrupted reply's audio item is cut to what the listener heard: where the
-        client said (conversation.item.truncate), else at the server's playout estimate."""
-        if r.truncated_by_client or (r.truncate_ms is None and not record.interrupted):
-            return []
-        heard_ms = round(record.work.audio_heard_s * 1000) if r.truncate_ms is None else r.truncate_ms
-        for item in r.seq.output:
-            if not isinstance(item, Message) or item.id not in self.conversation:
-                continue
-            for part in item.content:
-                if isinstance(part, OutputAudio):
-                    return self.conversation.truncate(item.id, 0, min(heard_ms, part.duration_ms))
-        return []
-
     # ------------------------------------------------------------ reply audio
 
     def on_audio(self, turn_id: int, pcm: Int16) -> list[tuple[ServerEvent, int]]:
         """Reply audio at :data:`OUTPUT_RATE_HZ` -> its deltas, each with the samples (at that
         rate) it carries; nothing for a response that has none (text only, or cleared)."""
-        t = self._turns.get(turn_id)
-        r = t.response if t is not None else None
-        if r is None or r.text_only or r.cleared or not len(pcm):
-            return []
-        fmt = r.seq.settings.output_format
-        wire = r.encoder.encode(np.asarray(pcm, dtype=np.int16))
-        step = fmt.bytes_per_sample * fmt.rate_hz * DELTA_MS // 1000
-        out: list[tuple[ServerEvent, int]] = []
-        for start in range(0, len(wire), step):
-            data = wire[start : start + step]
-            # this chunk's share of the samples, by byte position (sums to len(pcm) exactly)
-            samples = (min(start + step, len(wire)) * len(pcm)) // len(wire) - (start * len(pcm)) // len(wire)
-            events = r.seq.late_audio(data) if r.seq.done else r.seq.audio(data, 0)
-            out += [(e, samples if isinstance(e, AudioDelta) else 0) for e in self._changed(events)]
+        r = self._response_of(turn_id)
+        out = [] if r is None else r.audio_deltas(pcm)
+        self._changed([e for e, _ in out])
         return out
 
     def audio_written(self, turn_id: int) -> list[ServerEvent]:
         """The turn's audio is being written to the socket (its playback starts)."""
-        t = self._turns.get(turn_id)
-        r = t.response if t is not None else None
-        if r is None or r.audio_started:
-            return []
-        r.audio_started = True
-        return [OutputAudioStarted(r.seq.response_id)]
+        r = self._response_of(turn_id)
+        return [] if r is None else r.audio_written()

@@ -53,14 +53,9 @@ from voice_pipeline.models import LLM_DIR, llm_dir
 from voice_pipeline.realtime import client_events as ce
 from voice_pipeline.realtime.bridge import OUTPUT_RATE_HZ, RealtimeBridge, Steering
 from voice_pipeline.realtime.errors import ErrorCode, ErrorType, ProtocolError, RealtimeClientError
+from voice_pipeline.realtime.event_json import ServerEventEncoder, dumps, encode
 from voice_pipeline.realtime.ids import Ids
-from voice_pipeline.realtime.server_events import (
-    ErrorOccurred,
-    InputTranscriptFailed,
-    ServerEventEncoder,
-    dumps,
-    encode,
-)
+from voice_pipeline.realtime.server_events import ErrorOccurred, InputTranscriptFailed
 from voice_pipeline.realtime.session_config import ServerProfile, profile_from_config
 from voice_pipeline.realtime.tools import chat_template_supports_tools
 from voice_pipeline.realtime.transport import RealtimeTransport

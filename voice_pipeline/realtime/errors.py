@@ -2,7 +2,7 @@
 
 Every client event this server cannot carry out is answered with one ``error``
 server event (:class:`ProtocolError`, serialized by
-:func:`voice_pipeline.realtime.server_events.encode`) and the session goes on::
+:func:`voice_pipeline.realtime.event_json.encode`) and the session goes on::
 
     {"type": "error", "event_id": "event_...",
      "error": {"type": "invalid_request_error", "code": "unknown_parameter",

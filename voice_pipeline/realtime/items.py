@@ -119,6 +119,17 @@ class ItemReference:
     id: str
 
 
+def untranscribed_audio(item: Item) -> list[tuple[int, bytes]]:
+    """A user message's audio parts sent without a transcript: (content index, audio)."""
+    if not isinstance(item, Message) or item.role is not Role.USER:
+        return []
+    return [
+        (n, p.audio)
+        for n, p in enumerate(item.content)
+        if isinstance(p, InputAudio) and p.audio and p.transcript is None
+    ]
+
+
 # ---------------------------------------------------------------- client -> server
 
 _ITEM_COMMON = frozenset({"type", "id", "object", "status"})

@@ -29,7 +29,8 @@ from voice_pipeline.edge import Drained, drain_until
 from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.edge.playback import ListenerTimeline
 from voice_pipeline.realtime.bridge import OUTPUT_RATE_HZ, RealtimeBridge
-from voice_pipeline.realtime.server_events import AudioDelta, ServerEvent, ServerEventEncoder
+from voice_pipeline.realtime.event_json import ServerEventEncoder
+from voice_pipeline.realtime.server_events import AudioDelta, ServerEvent
 from voice_pipeline.transport import trim_turns
 
 log = logging.getLogger(__name__)
