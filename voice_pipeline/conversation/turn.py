@@ -29,7 +29,8 @@ from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
 from voice_pipeline.clock import ms_to_ns
 from voice_pipeline.config import Config
-from voice_pipeline.conversation.reply import Phrases, Reply, ReplyDeps, ReplyRequest, ReplySpeaker
+from voice_pipeline.conversation.phrases import Phrases
+from voice_pipeline.conversation.reply import Reply, ReplyDeps, ReplyRequest, ReplySpeaker
 from voice_pipeline.conversation.utterance import Spawn, Utterance
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
