@@ -15,7 +15,8 @@ from fakes import FakeLLM, FakeTTS
 from llm.base import ChatMessage, LLMDelta
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, BudgetConfig, Config
-from voice_pipeline.conversation.reply import Phrases, Reply, ReplyDeps, ReplySpeaker
+from voice_pipeline.conversation.phrases import Phrases
+from voice_pipeline.conversation.reply import Reply, ReplyDeps, ReplySpeaker
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger.ledger import Mark, TurnLedger
 from voice_pipeline.runner import FileTransport, MediaClock

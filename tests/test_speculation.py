@@ -12,16 +12,16 @@ import dataclasses
 import pytest
 from harness import REPLY, Harness, base_config, make_harness
 
+from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.config import Config
-from voice_pipeline.conversation.reply import clause_chunker
 from voice_pipeline.conversation.speculation import SpeculationAccount
 from voice_pipeline.engines import SpeculationBudget, default_speculation_limit
 from voice_pipeline.ledger.records import SpeculationRecord
 
 
 def first_chunk(text: str, cfg: Config) -> str:
-    chunker = clause_chunker(cfg.tts)
+    chunker = ClauseChunker.of(cfg.tts)
     out = [c for word in text.split(" ") for c in chunker.push(word + " ")]
     return (out or list(chunker.flush()))[0]
 

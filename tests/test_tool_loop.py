@@ -21,7 +21,8 @@ from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import BudgetConfig, Config
 from voice_pipeline.conversation.history import History
-from voice_pipeline.conversation.reply import Phrases, Reply, ReplyDeps, ReplyOptions, ReplySpeaker
+from voice_pipeline.conversation.phrases import Phrases
+from voice_pipeline.conversation.reply import Reply, ReplyDeps, ReplyOptions, ReplySpeaker
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger.ledger import Mark, TurnLedger

@@ -15,7 +15,7 @@ import pytest
 from llm.base import ChatMessage, ToolCall, ToolMode, ToolOffer, ToolSpec
 from voice_pipeline.config import BudgetConfig, Config, load_config
 from voice_pipeline.conversation.history import History, remember
-from voice_pipeline.errors import ConfigError
+from voice_pipeline.errors import ConfigError, EngineError
 from voice_pipeline.ledger.ledger import CRITICAL_PATH, STAGES, TOOL_PATH, TOTAL, Mark, TurnLedger, stages_of
 from voice_pipeline.ledger.records import Span, StageName
 from voice_pipeline.ledger.report import format_turn
@@ -26,6 +26,7 @@ from voice_pipeline.tools.loop import (
     CallState,
     ToolOutcome,
     ToolRound,
+    another_round,
     next_offer,
     repeats,
 )
@@ -184,6 +185,33 @@ def test_follow_up_offers() -> None:
     assert repeats((ToolCall("b", "f", '{"x":  1}'),), [first])  # the same call, other spacing
     assert not repeats((ToolCall("b", "f", '{"x": 2}'),), [first])
     assert not repeats((), [first])
+
+
+ONE_CALL = (ToolCall("a", "f", "{}"),)
+
+
+@pytest.mark.parametrize(
+    ("mode", "calls", "token_limit", "again"),
+    [
+        (ToolMode.AUTO, ONE_CALL, False, True),  # the calls run, the LLM is asked again
+        (ToolMode.REQUIRED, ONE_CALL, False, True),
+        (ToolMode.AUTO, (), False, False),  # it answered in words: the reply is done
+        (ToolMode.NONE, ONE_CALL, False, False),  # words only: a call made anyway is not run
+        (ToolMode.AUTO, ONE_CALL, True, False),  # the reply reached its token limit
+    ],
+)
+def test_another_round_after_calls(
+    mode: ToolMode, calls: tuple[ToolCall, ...], token_limit: bool, again: bool
+) -> None:
+    offer = ToolOffer((ToolSpec("f", "d"),), mode)
+    assert another_round(offer, calls, token_limit=token_limit) is again
+
+
+def test_a_required_round_with_no_call_fails() -> None:
+    offer = ToolOffer((ToolSpec("f", "d"),), ToolMode.REQUIRED)
+    with pytest.raises(EngineError, match="made no tool call") as info:
+        another_round(offer, (), token_limit=True)
+    assert info.value.retryable
 
 
 CALLS = (ToolCall("c1", "a", "{}"), ToolCall("c2", "b", "{}"), ToolCall("c3", "c", "{}"))

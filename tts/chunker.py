@@ -237,6 +237,12 @@ class ClauseChunker:
         self._words_emitted = 0  # in this reply; 0 until its first clause is emitted
         self._last_words = 0  # words of the clause emitted last (in this reply)
 
+    @classmethod
+    def of(cls, tts: TTSConfig) -> ClauseChunker:
+        """How every reply cuts its text into chunks for TTS (and a speculative reply its
+        first chunk, synthesized ahead: the same cut, so the reply finds it)."""
+        return cls(tts.min_clause_words, first_chunk_words=tts.first_chunk_words)
+
     def push(self, delta: str) -> list[str]:
         """Feed the next text delta; returns the clauses it completed (maybe none)."""
         self._buf += self._cleaner.feed(delta)

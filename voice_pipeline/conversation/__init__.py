@@ -9,7 +9,8 @@ A :mod:`~voice_pipeline.conversation.turn` is one user turn and its reply: the
 user's side (:mod:`~voice_pipeline.conversation.utterance`: transcripts, the evidence
 of each pause, the LLM prefetch) and the assistant's
 (:mod:`~voice_pipeline.conversation.reply`: LLM -> clauses -> TTS, sent by a
-:mod:`~voice_pipeline.conversation.speaker` that can pause and resume at a sample).
+:mod:`~voice_pipeline.conversation.speaker` that can pause and resume at a sample;
+:mod:`~voice_pipeline.conversation.phrases`: the filler and the apology, synthesized once).
 :mod:`~voice_pipeline.conversation.speculation` prepares a reply during a pause and
 holds it; :mod:`~voice_pipeline.conversation.history` decides what the LLM remembers,
 :mod:`~voice_pipeline.conversation.heard` what the listener actually heard.

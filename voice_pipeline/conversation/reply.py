@@ -12,19 +12,16 @@ a barge-in) can flush the listener's buffer at once and a *resume* (the
 interruption was only a backchannel) re-sends from exactly where playback
 stopped.
 
-Fixed phrases -- the *filler* spoken when the reply's first clause is late, and
-the *apology* spoken when a stage fails -- are one mechanism: :class:`Phrases`
-synthesizes each text once per session (at the listener's rate) and the reply
-plays it through its own speaker, so barge-in pauses, resumes and cancels them
-exactly like the reply's own words. They are never part of the reply's text
-(:attr:`Reply.text`, :attr:`Reply.clauses`), so they stay out of the history.
+Fixed phrases -- the filler when the first clause is late, the tool filler, the
+apology (:mod:`~voice_pipeline.conversation.phrases`) -- play through the reply's own
+speaker, so barge-in treats them like its words; they stay out of its text.
 
 :class:`ReplyOptions` say how one reply is given: spoken (the default) or as text only
-(no TTS: the LLM's text is the reply, shown at once), and its token limit (a reply
-that reaches it stops there; ``llm.max_tokens`` caps every reply -- with server-side
-tools, each of its LLM requests). The transport is
-told each step: :class:`~voice_pipeline.events.ReplyStarted`, the text as it streams,
-each clause before its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
+(no TTS: the LLM's text is the reply, shown at once), and its token limit (a reply that
+reaches it stops there; ``llm.max_tokens`` caps every reply -- with server-side tools,
+each of its LLM requests). The transport is told each step:
+:class:`~voice_pipeline.events.ReplyStarted`, the text as it streams, each clause before
+its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
 :class:`~voice_pipeline.events.ReplyGenerated` once everything is generated and sent.
 """
 
@@ -32,20 +29,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-from llm.base import LLM, ChatMessage, LLMDelta, ToolCall, ToolMode, ToolOffer
+from llm.base import LLM, ChatMessage, LLMDelta, ToolCall, ToolOffer
 from tts.base import TTS
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
 from voice_pipeline.config import Config, TTSConfig
 from voice_pipeline.conversation.heard import SpokenClause, heard_text
+from voice_pipeline.conversation.phrases import Phrases, QueuedPhrase
 from voice_pipeline.conversation.speaker import ReplySpeaker
 from voice_pipeline.conversation.speculation import HeldAudio, PrefetchedStream
 from voice_pipeline.conversation.steering import ReplyOptions, ReplyRequest
@@ -54,62 +51,19 @@ from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger.ledger import Mark
 from voice_pipeline.ledger.records import FailedStage, Span
 from voice_pipeline.tools.calls import CallAssembler
-from voice_pipeline.tools.loop import ToolRound, exchange, next_offer, repeats
+from voice_pipeline.tools.loop import ToolRound, another_round, exchange, next_offer, repeats
 from voice_pipeline.tools.runner import RoundRunner, ToolBox
 from voice_pipeline.transport import Transport
 
-log = logging.getLogger(__name__)
-
-__all__ = ["Phrases", "PrefetchedStream", "Reply", "ReplyOptions", "ReplyRequest", "ReplySpeaker"]
+__all__ = ["PrefetchedStream", "Reply", "ReplyOptions", "ReplyRequest", "ReplySpeaker"]
 
 MarkFn = Callable[[Mark, int], None]
 #: records a model's compute span on the critical path: (name, start_ns, end_ns)
 ComputeFn = Callable[[Span, int, int], None]
 SleepUntil = Callable[[int], Awaitable[None]]
-
-
-def clause_chunker(tts: TTSConfig) -> ClauseChunker:
-    """How every reply cuts its text into chunks for TTS (and a speculative reply its first
-    chunk, synthesized ahead: the same cut, so the reply finds it)."""
-    return ClauseChunker(tts.min_clause_words, first_chunk_words=tts.first_chunk_words)
-
-
-class Phrases:
-    """Fixed phrases synthesized once and kept, at the listener's rate (one per session)."""
-
-    def __init__(self, tts: TTS, output_rate_hz: int) -> None:
-        self._tts = tts
-        self._rate = output_rate_hz
-        self._pcm: dict[str, NDArray[np.int16]] = {}
-
-    def ready(self, text: str) -> bool:
-        return text in self._pcm
-
-    async def get(self, text: str) -> NDArray[np.int16]:
-        """The phrase's audio; synthesized on first use (in a worker thread)."""
-        pcm = self._pcm.get(text)
-        if pcm is None:
-            raw = await asyncio.to_thread(self._tts.synthesize, text)
-            pcm = self._pcm[text] = resample_int16(raw, self._tts.sample_rate_hz, self._rate)
-        return pcm
-
-    async def prepare(self, text: str) -> None:
-        """Synthesize ``text`` ahead of its first use; a failure is logged, not raised (the
-        phrase is tried again when it is needed)."""
-        try:
-            await self.get(text)
-        except Exception:
-            log.warning("cannot synthesize %r", text, exc_info=True)
-
-
-@dataclass(frozen=True, slots=True)
-class _Phrase:
-    """A fixed phrase queued for the speaker ahead of the reply's clauses."""
-
-    text: str
-    pcm: NDArray[np.int16]
-    #: spoken between the reply's words (the tool filler): counted among its clauses
-    inline: bool = False
+#: what the reply's generating side hands its speaking side: a clause to synthesize, a
+#: fixed phrase to play, or None (the end)
+ClauseQueue = asyncio.Queue[str | QueuedPhrase | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +157,7 @@ class Reply:
         failure at once (the LLM request is aborted)."""
         self.options = options = options or self.options
         self._prefetched = prefetched
-        clauses: asyncio.Queue[str | _Phrase | None] = asyncio.Queue(maxsize=8)
+        clauses: ClauseQueue = asyncio.Queue(maxsize=8)
         self._transport.emit(ev.ReplyStarted(self.turn_id, self._clock()))
         try:
             async with asyncio.TaskGroup() as tg:
@@ -236,10 +190,7 @@ class Reply:
     async def say(self, text: str, mark: Mark) -> bool:
         """Speak a fixed phrase after whatever was said, and wait until it is played.
         False if it could not be synthesized (the failure is logged, not raised)."""
-        try:
-            pcm = await self._phrases.get(text)
-        except Exception:
-            log.warning("turn %d: cannot synthesize %r", self.turn_id, text, exc_info=True)
+        if (pcm := await self._phrases.try_get(text)) is None:
             return False
         if pcm.size:
             self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), "", len(pcm)))
@@ -254,50 +205,26 @@ class Reply:
             if self._filler_task is not None and not self._filler_task.done():
                 self._filler_task.cancel()  # not needed any more (if not queued already)
 
-    async def _filler(self, at_ns: int, out: asyncio.Queue[str | _Phrase | None]) -> None:
+    async def _filler(self, at_ns: int, out: ClauseQueue) -> None:
         await self._sleep_until(at_ns)
         if self._clause_queued:
             return
-        text = self._deps.filler_text
-        try:
-            pcm = await self._phrases.get(text)
-        except Exception:
-            log.warning("turn %d: cannot synthesize the filler", self.turn_id, exc_info=True)
-            return
-        if not self._clause_queued:  # the queue is empty: the filler goes first
-            out.put_nowait(_Phrase(text, pcm))
+        pcm = await self._phrases.try_get(text := self._deps.filler_text)
+        if pcm is not None and not self._clause_queued:  # the queue is empty: the filler goes first
+            out.put_nowait(QueuedPhrase(text, pcm))
 
     async def _generate(
-        self,
-        messages: list[ChatMessage],
-        out: asyncio.Queue[str | _Phrase | None],
-        prefetched: PrefetchedStream | None,
+        self, messages: list[ChatMessage], out: ClauseQueue, prefetched: PrefetchedStream | None
     ) -> None:
-        """The LLM's rounds: with server-side tools (``ReplyDeps.tools``, when the reply's
-        options offer none of their own), each round that calls them runs them and asks
-        again with their results (voice_pipeline/tools/loop.py)."""
+        """The LLM's text, cut into clauses for ``out``: one request, or with server-side
+        tools (``ReplyDeps.tools``, when the reply's options offer none of their own) the
+        rounds of the tool loop."""
         box = self._deps.tools if self.options.tools is None else None
-        offer = self.options.tools if box is None else box.offer()
-        messages = list(messages)
         try:
-            for n in range(box.max_rounds + 1 if box is not None else 1):
-                calls, text = await self._round(messages, offer, out, prefetched if n == 0 else None, n)
-                if box is not None and offer is not None and offer.mode is ToolMode.REQUIRED and not calls:
-                    raise EngineError("the LLM made no tool call (tool_choice required)", retryable=True)
-                if (
-                    box is None
-                    or not calls
-                    or offer is None
-                    or offer.mode is ToolMode.NONE
-                    or self.token_limit
-                ):
-                    break
-                repeated = repeats(calls, self.tool_rounds)
-                messages += await self._run_tools(box, rnd := box.new_round(calls, text), out)
-                if (why := rnd.failed()) is not None:  # the apology, not a made-up answer
-                    self.failed_stage = FailedStage.TOOL
-                    raise EngineError(f"tool call failed: {why}", retryable=True)
-                offer = next_offer(offer, n + 1, box.max_rounds, repeated=repeated)
+            if box is None:
+                await self._round(list(messages), self.options.tools, out, prefetched, 0)
+            else:
+                await self._tool_rounds(box, list(messages), out, prefetched)
         except Exception as exc:
             # the clauses already queued are still spoken; run() raises this afterwards
             self.failed_stage = self.failed_stage or FailedStage.LLM
@@ -309,12 +236,29 @@ class Reply:
         self._first_clause_queued()  # an empty reply: no filler any more either
         await out.put(None)
 
+    async def _tool_rounds(
+        self, box: ToolBox, messages: list[ChatMessage], out: ClauseQueue, prefetched: PrefetchedStream | None
+    ) -> None:
+        """Each round that calls the tools runs them and asks again with their results, as
+        long as :func:`~voice_pipeline.tools.loop.another_round` says so."""
+        offer = box.offer()
+        for n in range(box.max_rounds + 1):
+            calls, text = await self._round(messages, offer, out, prefetched if n == 0 else None, n)
+            if not another_round(offer, calls, token_limit=self.token_limit):
+                return
+            repeated = repeats(calls, self.tool_rounds)
+            messages += await self._run_tools(box, rnd := box.new_round(calls, text), out)
+            if (why := rnd.failed()) is not None:  # the apology, not a made-up answer
+                self.failed_stage = FailedStage.TOOL
+                raise EngineError(f"tool call failed: {why}", retryable=True)
+            offer = next_offer(offer, n + 1, box.max_rounds, repeated=repeated)
+
     async def _round(
-        self, messages: list[ChatMessage], offer: ToolOffer | None, out: asyncio.Queue[str | _Phrase | None],
+        self, messages: list[ChatMessage], offer: ToolOffer | None, out: ClauseQueue,
         prefetched: PrefetchedStream | None, n: int,
     ) -> tuple[tuple[ToolCall, ...], str]:  # fmt: skip
         """One LLM request streamed into clauses; its calls and its text (round ``n``)."""
-        chunker = clause_chunker(self._deps.tts_cfg)
+        chunker = ClauseChunker.of(self._deps.tts_cfg)
         cap = self._deps.max_tokens
         limit = cap if self.options.max_tokens is None else min(cap, self.options.max_tokens)
         speak, text, span = self.options.speak, "", Span.LLM if n == 0 else Span.LLM_ANSWER
@@ -368,28 +312,23 @@ class Reply:
             await self._clause(clause, span, llm_start, out)
         return made, text
 
-    async def _clause(
-        self, clause: str, span: Span, llm_start: int, out: asyncio.Queue[str | _Phrase | None]
-    ) -> None:
+    async def _clause(self, clause: str, span: Span, llm_start: int, out: ClauseQueue) -> None:
         self._compute(span, llm_start, self._clock())  # the first one counts
         self._mark(Mark.FIRST_CLAUSE, self._clock())
         self._first_clause_queued()
         await out.put(clause)
 
-    async def _run_tools(
-        self, box: ToolBox, rnd: ToolRound, out: asyncio.Queue[str | _Phrase | None]
-    ) -> list[ChatMessage]:
+    async def _run_tools(self, box: ToolBox, rnd: ToolRound, out: ClauseQueue) -> list[ChatMessage]:
         """Run a round's calls beside the reply (the tool filler if they are slow)."""
         self.tool_rounds.append(rnd)
         start = self._clock()
         self._mark(Mark.TOOL_START, start)
 
         async def slow() -> None:
-            if self.options.speak and box.filler_text:
-                await self._phrases.prepare(box.filler_text)  # a failure is logged: no filler then
-                if self._phrases.ready(box.filler_text):
-                    self._first_clause_queued()  # not the reply's filler as well
-                    await out.put(_Phrase(box.filler_text, await self._phrases.get(box.filler_text), True))
+            text = box.filler_text
+            if self.options.speak and text and (pcm := await self._phrases.try_get(text)) is not None:
+                self._first_clause_queued()  # not the reply's filler as well
+                await out.put(QueuedPhrase(text, pcm, inline=True))
 
         await RoundRunner(box, rnd, self.turn_id, self._transport.emit, self._clock).run(slow)
         self._mark(Mark.TOOL_DONE, self._clock())
@@ -415,11 +354,11 @@ class Reply:
         pcm = self._deps.tts.synthesize(text)
         return pcm, start, self._clock()
 
-    async def _speak(self, clauses: asyncio.Queue[str | _Phrase | None]) -> None:
+    async def _speak(self, clauses: ClauseQueue) -> None:
         tts = self._deps.tts
         out_rate = self._transport.output_rate_hz
         while (clause := await clauses.get()) is not None:
-            if isinstance(clause, _Phrase):
+            if isinstance(clause, QueuedPhrase):
                 if clause.inline:
                     self.clauses.append(SpokenClause("", len(clause.pcm)))
                 else:

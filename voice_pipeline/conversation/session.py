@@ -56,7 +56,8 @@ from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
 from voice_pipeline.conversation.history import Context, History
 from voice_pipeline.conversation.listening import Listener
 from voice_pipeline.conversation.open_turns import OpenTurns
-from voice_pipeline.conversation.reply import Phrases, ReplyOptions, ReplyRequest
+from voice_pipeline.conversation.phrases import Phrases
+from voice_pipeline.conversation.reply import ReplyOptions, ReplyRequest
 from voice_pipeline.conversation.tasks import SessionTasks
 from voice_pipeline.conversation.turn import Turn, TurnContext
 from voice_pipeline.conversation.warmer import PrefixWarmer

@@ -30,14 +30,8 @@ from voice_pipeline import events as ev
 from voice_pipeline.clock import ms_to_ns
 from voice_pipeline.config import Config
 from voice_pipeline.conversation.history import Context, admits, remember
-from voice_pipeline.conversation.reply import (
-    Phrases,
-    Reply,
-    ReplyDeps,
-    ReplyOptions,
-    ReplyRequest,
-    ReplySpeaker,
-)
+from voice_pipeline.conversation.phrases import Phrases
+from voice_pipeline.conversation.reply import Reply, ReplyDeps, ReplyOptions, ReplyRequest, ReplySpeaker
 from voice_pipeline.conversation.utterance import Spawn, Utterance
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError

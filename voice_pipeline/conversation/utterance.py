@@ -43,9 +43,9 @@ from numpy.typing import NDArray
 
 from asr.streaming import PartialTranscript, UtteranceTranscriber
 from llm.base import ChatMessage
+from tts.chunker import ClauseChunker
 from vad.end_of_turn import Cue, EndOfTurnPolicy, transcript_cue
 from voice_pipeline.config import Config
-from voice_pipeline.conversation.reply import clause_chunker
 from voice_pipeline.conversation.speculation import HeldAudio, PrefetchedStream, SpeculationAccount
 from voice_pipeline.engines import Engines
 from voice_pipeline.turntaking.messages import EvidenceFound
@@ -292,7 +292,7 @@ class Utterance:
     async def _hold_first_chunk(self, buffer: PrefetchedStream) -> None:
         """Synthesize the speculative reply's first chunk (cut as the reply will cut it) and
         hold it in ``buffer``; nothing is sent. A failure only loses the head start."""
-        chunker = clause_chunker(self._cfg.tts)
+        chunker = ClauseChunker.of(self._cfg.tts)
         first: str | None = None
         stream = buffer.stream()
         try:

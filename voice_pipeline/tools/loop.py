@@ -4,7 +4,8 @@ state puts in the conversation, and the texts the LLM is told.
 A reply with server-side tools is a series of *rounds*: the LLM streams; if it called
 tools, each call runs (:mod:`voice_pipeline.tools.runner`), the assistant message with
 the calls and one ``tool`` message per call are appended to the request, and the LLM
-streams again. :func:`next_offer` says what the next round may do:
+streams again, as long as :func:`another_round` says so. :func:`next_offer` says what
+the next round may do:
 
 * after a ``required`` (or named) round: words only (``mode: none``) -- asked again
   to call, a model held to calling by structured outputs would call forever;
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm.base import ChatMessage, ToolCall, ToolMode, ToolOffer
+from voice_pipeline.errors import EngineError
 
 #: what a call cancelled by the user's interruption answers in the history
 CANCELLED = "cancelled: the user interrupted before it finished"
@@ -87,6 +89,15 @@ def next_offer(offer: ToolOffer, rounds_done: int, max_rounds: int, *, repeated:
     if offer.mode is ToolMode.REQUIRED or offer.function is not None or rounds_done >= max_rounds or repeated:
         return ToolOffer(offer.tools, ToolMode.NONE)
     return offer
+
+
+def another_round(offer: ToolOffer, calls: Sequence[ToolCall], *, token_limit: bool) -> bool:
+    """After a round offered the server-side tools (``offer``): whether its ``calls`` are
+    run and the LLM asked again -- not if it made none, was offered words only, or the
+    reply reached its token limit. A ``required`` round with no call is a failure."""
+    if offer.mode is ToolMode.REQUIRED and not calls:
+        raise EngineError("the LLM made no tool call (tool_choice required)", retryable=True)
+    return bool(calls) and offer.mode is not ToolMode.NONE and not token_limit
 
 
 def repeats(calls: Sequence[ToolCall], rounds: Sequence[ToolRound]) -> bool:
