@@ -16,7 +16,7 @@ least ``--min-room`` seconds to spare, with every thread count, interleaved clip
 clip (the machine is shared: a burst of other load hits all configurations alike). A
 decode the guards reject falls back to the full 30 s window and is charged for both.
 
-Printed per thread count and the CPU class (:func:`voice_pipeline.tuning.this_cpu`):
+Printed per thread count and the CPU class (:func:`voice_pipeline.cpu.this_cpu`):
 
 * the encoder alone per window, ms p50 (``--encoder-only``: only this);
 * per window W: the clips W holds with 1 s of room, decode ms p50 / p90 in W and in
@@ -52,7 +52,7 @@ from speech import espeak, normalize, word_error_rate
 from asr.faster_whisper import FasterWhisperASR
 from asr.window import choose_window
 from voice_pipeline.config import ASRConfig, load_config
-from voice_pipeline.tuning import this_cpu
+from voice_pipeline.cpu import this_cpu
 
 RATE = 16000
 FRAME_BEFORE_S = 0.15

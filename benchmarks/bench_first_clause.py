@@ -157,8 +157,9 @@ async def main() -> None:
     from llm import build_llm
     from tts import build_tts
     from voice_pipeline.config import load_config
+    from voice_pipeline.cpu import this_cpu
     from voice_pipeline.models import prepare_models
-    from voice_pipeline.tuning import choose, this_cpu
+    from voice_pipeline.tuning import choose
 
     cfg = load_config(None)
     tuning = choose(this_cpu(), cfg.llm, cfg.asr)

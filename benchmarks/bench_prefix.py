@@ -95,8 +95,9 @@ async def _case(llm: Any, case: str, i: int, system: str) -> tuple[list[Any], li
 async def measure(block: int, reps: int) -> dict[str, Any]:
     from llm import build_llm
     from voice_pipeline.config import load_config
+    from voice_pipeline.cpu import this_cpu
     from voice_pipeline.models import prepare_models
-    from voice_pipeline.tuning import choose, this_cpu
+    from voice_pipeline.tuning import choose
 
     cfg = load_config(None)
     llm_cfg = replace(cfg.llm, kv_block_tokens=block)

@@ -43,12 +43,12 @@ from speech import espeak
 from asr import build_asr
 from voice_pipeline.bench.paused import COMPLETE_QUESTIONS
 from voice_pipeline.config import Config, load_config
+from voice_pipeline.cpu import this_cpu
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger.ledger import percentile
 from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.models import prepare_models
 from voice_pipeline.runner import run_audio
-from voice_pipeline.tuning import this_cpu
 
 RATE = 16000
 QUESTIONS = (*COMPLETE_QUESTIONS, "Can you recommend a good book?", "How far away is the moon?")

@@ -177,7 +177,8 @@ def main() -> None:
             sys.exit(f"child failed:\n{proc.stderr[-3000:]}")
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     from voice_pipeline.config import load_config
-    from voice_pipeline.tuning import choose, this_cpu
+    from voice_pipeline.cpu import this_cpu
+    from voice_pipeline.tuning import choose
 
     cfg = load_config(None)
     tuning = choose(this_cpu(), cfg.llm, cfg.asr)

@@ -85,9 +85,10 @@ async def measure(model: str, reps: int) -> dict[str, Any]:
     from llm import build_llm
     from llm.base import ChatMessage
     from voice_pipeline.config import load_config
+    from voice_pipeline.cpu import this_cpu
     from voice_pipeline.models import prepare_models
     from voice_pipeline.tools_model import tools_system_message
-    from voice_pipeline.tuning import this_cpu, tuned_llm
+    from voice_pipeline.tuning import tuned_llm
 
     cfg = load_config(None)
     cfg = replace(cfg, llm=replace(cfg.llm, model=model, max_tokens=64))  # type: ignore[arg-type]

@@ -43,11 +43,11 @@ from speech import espeak, word_error_rate
 from voice_pipeline import events as ev
 from voice_pipeline.bench.paused import COMPLETE_QUESTIONS, PAUSED_SENTENCES, paused_clip
 from voice_pipeline.config import Config, load_config
+from voice_pipeline.cpu import this_cpu
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger.ledger import percentile
 from voice_pipeline.models import prepare_models
 from voice_pipeline.runner import run_audio
-from voice_pipeline.tuning import this_cpu
 
 RATE = 16000
 

@@ -101,8 +101,9 @@ async def measure(name: str, reps: int) -> dict[str, Any]:
     from llm.base import ChatMessage
     from llm.vllm_engine import VLLMEngine
     from voice_pipeline.config import load_config
+    from voice_pipeline.cpu import this_cpu
     from voice_pipeline.models import prepare_models
-    from voice_pipeline.tuning import choose, this_cpu
+    from voice_pipeline.tuning import choose
 
     spec = VARIANTS[name]
     cfg = load_config(None)

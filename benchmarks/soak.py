@@ -302,7 +302,7 @@ def main() -> None:
         samples = asyncio.run(
             soak(args.minutes, every_s=args.every, trace=args.tracemalloc, on_sample=print_sample)
         )
-    from voice_pipeline.tuning import this_cpu
+    from voice_pipeline.cpu import this_cpu
 
     print(f"machine: {this_cpu().label}; load average {os.getloadavg()[0]:.2f} at the end")
     if len(samples) >= 2:

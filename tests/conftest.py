@@ -119,8 +119,9 @@ async def engines(
 ) -> Engines:
     """All real engines together, as the default config builds them (the settings chosen for
     this machine), warmed up once."""
+    from voice_pipeline.cpu import this_cpu
     from voice_pipeline.engines import Engines
-    from voice_pipeline.tuning import choose, this_cpu
+    from voice_pipeline.tuning import choose
 
     tuning = choose(this_cpu(), config.llm, config.asr, config.turn)
     engines = Engines(vad=silero16, asr=whisper, llm=vllm_engine, tts=piper, turn=smart_turn, tuning=tuning)
@@ -169,7 +170,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def pytest_report_header() -> str:
     """The CPU class the figures the tests print were taken on, and how busy it was."""
-    from voice_pipeline.tuning import this_cpu
+    from voice_pipeline.cpu import this_cpu
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"machine: {this_cpu().label}; load average {load} (1, 5, 15 min)"

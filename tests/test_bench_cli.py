@@ -204,7 +204,8 @@ def test_http_urls_sit_beside_the_websocket_endpoint() -> None:
 
 def test_the_report_names_the_machine_it_ran_on() -> None:
     from voice_pipeline.config import ASRConfig, LLMConfig
-    from voice_pipeline.tuning import choose, parse_cpu
+    from voice_pipeline.cpu import parse_cpu
+    from voice_pipeline.tuning import choose
 
     avx2 = parse_cpu("model name\t: AMD EPYC\nflags\t\t: sse avx avx2 fma\n", 2, {})
     res = made_up_result()

@@ -16,9 +16,9 @@ from servers import running_server
 
 from voice_pipeline.cli import main
 from voice_pipeline.config import Config
+from voice_pipeline.cpu import this_cpu
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger.ledger import CRITICAL_PATH
-from voice_pipeline.tuning import this_cpu
 
 pytestmark = pytest.mark.real_models
 

@@ -32,9 +32,9 @@ from websockets.exceptions import ConnectionClosed
 from voice_pipeline.cli import build_parser
 from voice_pipeline.cli.serve import _server_config
 from voice_pipeline.config import Config, ServerConfig, load_config
+from voice_pipeline.cpu import this_cpu
 from voice_pipeline.errors import ConfigError
 from voice_pipeline.server.app import exposure_warnings
-from voice_pipeline.tuning import this_cpu
 
 EXE = [sys.executable, "-m", "voice_pipeline.cli"]
 

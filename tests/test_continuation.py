@@ -16,7 +16,8 @@ from harness import REPLY, Harness, base_config, make_harness
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
 from voice_pipeline.config import Config
-from voice_pipeline.tuning import Tuning, choose, parse_cpu
+from voice_pipeline.cpu import parse_cpu
+from voice_pipeline.tuning import Tuning, choose
 
 FRAME_S = 512 / RATE
 

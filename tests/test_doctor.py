@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from voice_pipeline.config import Config
+from voice_pipeline.cpu import this_cpu
 from voice_pipeline.doctor import DoctorReport, format_report, llm_figures, measure_floors, model_parameters
-from voice_pipeline.tuning import choose, this_cpu
+from voice_pipeline.tuning import choose
 
 if TYPE_CHECKING:
     from llm.base import LLM

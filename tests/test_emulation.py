@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from voice_pipeline import emulation
+from voice_pipeline.cpu import CPUClass, parse_cpu
 from voice_pipeline.emulation import Emulated, activate, engine_env, library_env, requested
 from voice_pipeline.errors import ConfigError
-from voice_pipeline.tuning import CPUClass, parse_cpu
 
 if TYPE_CHECKING:
     from voice_pipeline.models import ModelPaths
@@ -99,7 +99,7 @@ def test_a_subprocess_with_the_switch_runs_torch_on_avx2() -> None:
     AVX2 kernels and the patched probes answer False (a real torch, no model)."""
     code = (
         "import json\n"
-        "from voice_pipeline.tuning import this_cpu\n"
+        "from voice_pipeline.cpu import this_cpu\n"
         "from voice_pipeline.emulation import patch_torch\n"
         "cpu = this_cpu()\n"
         "patched = patch_torch()\n"
@@ -140,7 +140,7 @@ import psutil
 from llm.base import ChatMessage
 from llm.vllm_engine import VLLMEngine
 from voice_pipeline.config import LLMConfig
-from voice_pipeline.tuning import this_cpu
+from voice_pipeline.cpu import this_cpu
 
 
 def vllm_kernels(pid):

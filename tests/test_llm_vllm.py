@@ -190,7 +190,8 @@ def _history(tag: str) -> list[ChatMessage]:
 
 def test_engine_runs_with_the_settings_chosen_for_this_machine(vllm_engine: LLM) -> None:
     from llm.vllm_engine import VLLMEngine
-    from voice_pipeline.tuning import choose, this_cpu
+    from voice_pipeline.cpu import this_cpu
+    from voice_pipeline.tuning import choose
 
     assert isinstance(vllm_engine, VLLMEngine)
     t = choose(this_cpu(), LLMConfig(), ASRConfig())

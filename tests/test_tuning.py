@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from voice_pipeline.config import ASRConfig, LLMConfig, TurnConfig
-from voice_pipeline.tuning import CPUClass, CPUInfo, Source, choose, parse_cpu, this_cpu
+from voice_pipeline.cpu import CPUClass, CPUInfo, parse_cpu, this_cpu
+from voice_pipeline.tuning import Source, choose
 
 # flags lines as /proc/cpuinfo shows them (trimmed to what matters plus some noise)
 BASE = "fpu vme de pse tsc msr pae mce cx8 apic sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c"

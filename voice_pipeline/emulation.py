@@ -2,7 +2,7 @@
 
 One switch makes every engine take the code path it takes on a CPU of the emulated class,
 so a figure measured here stands for that class (and is labelled as emulated:
-:attr:`voice_pipeline.tuning.CPUInfo.label` reads "AVX2 (emulated on AVX-512 BF16)").
+:attr:`voice_pipeline.cpu.CPUInfo.label` reads "AVX2 (emulated on AVX-512 BF16)").
 
 What each library is told (:func:`library_env`, set by :func:`activate`):
 

@@ -14,8 +14,9 @@ from llm.base import LLM
 from tts.base import TTS
 from vad.base import VAD, TurnModel
 from voice_pipeline.config import Config
+from voice_pipeline.cpu import this_cpu
 from voice_pipeline.models import ModelPaths
-from voice_pipeline.tuning import Tuning, choose, this_cpu
+from voice_pipeline.tuning import Tuning, choose
 
 if TYPE_CHECKING:
     from voice_pipeline.telemetry.export import Telemetry

@@ -39,8 +39,8 @@ from voice_pipeline.bench.stats import (
 from voice_pipeline.bench.tracker import TurnResult
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.connect import ServerSessionError, ServerUnreachableError, SessionRefusedError
+from voice_pipeline.cpu import this_cpu
 from voice_pipeline.ledger.ledger import STAGES
-from voice_pipeline.tuning import this_cpu
 
 HTTP_TIMEOUT_S = 5.0
 #: refusals that mean "no more sessions now" (the ramp's stop), not a mistake: the session
@@ -77,7 +77,7 @@ class BenchResult:
     steps: list[StepResult] = field(default_factory=list)
     verdict: RampVerdict | None = None
     warnings: list[str] = field(default_factory=list)
-    #: the bench's own machine (voice_pipeline.tuning.CPUInfo.as_dict); the server's is in
+    #: the bench's own machine (voice_pipeline.cpu.CPUInfo.as_dict); the server's is in
     #: ``health["machine"]``
     bench_machine: dict[str, Any] | None = None
 

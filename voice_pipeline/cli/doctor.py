@@ -35,6 +35,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     import json
 
     from llm import build_llm
+    from voice_pipeline.cpu import this_cpu
     from voice_pipeline.doctor import (
         DoctorReport,
         format_report,
@@ -42,7 +43,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         measure_floors,
         model_parameters,
     )
-    from voice_pipeline.tuning import choose, this_cpu
+    from voice_pipeline.tuning import choose
 
     cfg = config_from_args(args)
     if args.reps < 1:

@@ -46,6 +46,7 @@ from websockets.http11 import Request, Response
 from voice_pipeline.access import parse_networks, token_ok
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config, ServerConfig
+from voice_pipeline.cpu import this_cpu
 from voice_pipeline.edge import SessionLimit
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ConfigError
@@ -75,7 +76,7 @@ from voice_pipeline.server.web import (
 )
 from voice_pipeline.telephony.twilio_auth import SIGNATURE_HEADER, handshake_refusal
 from voice_pipeline.telephony.twilio_connection import TwilioConnection
-from voice_pipeline.tuning import choose, this_cpu
+from voice_pipeline.tuning import choose
 
 log = logging.getLogger(__name__)
 
