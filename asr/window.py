@@ -1,12 +1,12 @@
 """The fast path's pure decisions: which short window a clip decodes in, and whether
-to trust what came back (:mod:`asr.faster_whisper` runs the model).
+to trust what came back (:mod:`asr.fast_path` runs the model).
 
 Window choice (:func:`choose_window`): the engine's ``window_s`` (10 s) takes audio up
 to ``window_s - WINDOW_MARGIN_S``. Shorter windows for shorter clips are an option of
 the engine (``windows=``), off by default: measured on the project's sets, they saved
 only 10-15 ms at the median (the encoder of tiny.en is a small part of a decode) while
 about one decode in five looped or was rejected in a 4-8 s window, which cost WER and
-the tail (figures in :mod:`asr.faster_whisper`'s docstring).
+the tail (figures in :mod:`asr.fast_path`'s docstring).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from speech import concat, espeak, normalize, silence, word_error_rate
 
+import asr.fast_path
 import asr.faster_whisper as fw
 import asr.window
 from asr.base import ASREngine
@@ -92,8 +93,8 @@ def test_fast_decode_that_runs_out_of_tokens_falls_back(
 ) -> None:
     reference = "What is the capital of France?"
     audio = espeak(reference)
-    monkeypatch.setattr(fw, "MAX_NEW_TOKENS_PER_S", 0.0)
-    monkeypatch.setattr(fw, "MAX_NEW_TOKENS_EXTRA", 3)  # three tokens cannot hold six words
+    monkeypatch.setattr(asr.fast_path, "MAX_NEW_TOKENS_PER_S", 0.0)
+    monkeypatch.setattr(asr.fast_path, "MAX_NEW_TOKENS_EXTRA", 3)  # three tokens cannot hold six words
     assert fw_asr.transcribe_window(audio) is None
     assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
 
@@ -342,13 +343,13 @@ def test_short_clip_decodes_in_a_short_window(
     window = short_windows.choose_window(audio.size / RATE)
     assert window is not None and window <= 5.0
     tried: list[float] = []
-    decode = fw._Window.decode
+    decode = asr.fast_path.WindowDecoder.decode
 
     def spy(self: Any, model: Any, samples: Any, audio_s: float, window_s: float) -> str | None:
         tried.append(window_s)
         return decode(self, model, samples, audio_s, window_s)
 
-    monkeypatch.setattr(fw._Window, "decode", spy)
+    monkeypatch.setattr(asr.fast_path.WindowDecoder, "decode", spy)
     result = short_windows.transcribe_window(audio)
     # the short window first; the largest one only if the guards rejected it
     assert tried in ([window], [window, fw.DEFAULT_WINDOW_S])
@@ -363,14 +364,14 @@ def test_rejected_short_window_is_decoded_in_the_largest_window(
     reference = "What is the capital of France?"
     audio = espeak(reference)
     tried: list[float] = []
-    decode = fw._Window.decode
+    decode = asr.fast_path.WindowDecoder.decode
 
     def only_the_largest(self: Any, model: Any, samples: Any, audio_s: float, window_s: float) -> str | None:
         tried.append(window_s)
         # as a loop the guards caught: the short window's decode is rejected
         return decode(self, model, samples, audio_s, window_s) if window_s >= 10.0 else None
 
-    monkeypatch.setattr(fw._Window, "decode", only_the_largest)
+    monkeypatch.setattr(asr.fast_path.WindowDecoder, "decode", only_the_largest)
     result = short_windows.transcribe_window(audio)
     assert tried == [4.0, 10.0]  # not the full 30 s window
     assert result is not None and word_error_rate(reference, result.text) <= 0.15, result

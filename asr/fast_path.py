@@ -1,0 +1,181 @@
+"""The faster-whisper engine's fast path: one utterance decoded in a short window.
+
+:class:`WindowDecoder` runs the model for
+:meth:`asr.faster_whisper.FasterWhisperASR.transcribe_window`; the pure decisions it
+relies on (which window, whether to trust the result) are in :mod:`asr.window`. This
+module holds the decode itself, its constants and the figures that chose them.
+
+**The decode.** Audio up to ``window_s - 1`` s (``window_s`` = 10 by default, so up to
+9 s). faster-whisper pads every input to Whisper's 30 s window and the encoder
+dominates; here the log-mel features come from the model's own extractor (its last frame dropped, as
+``generate_segments`` does), are zero-padded (``pad_or_trim``'s value) to a 10 s
+window of 1000 frames, and go to ``ctranslate2.models.Whisper.generate`` directly,
+with faster-whisper's settings: prompt ``<|startoftranscript|> <|notimestamps|>`` for
+an English-only model (language and ``<|transcribe|>`` added for a multilingual one),
+``suppress_blank``, ``suppress_tokens=[-1]`` resolved by ``get_suppressed_tokens``,
+``beam_size`` from the config. What comes back is checked, and anything doubtful
+goes to the full path (faster-whisper's ``transcribe``) instead:
+
+* no-speech probability > 0.6 and average log-probability < -1.0, or a text without
+  a word (Whisper's "." for silence): silence, "" (:func:`asr.window.judge_window`);
+* no-speech probability > 0.6 but confident words: the full window judges (silence
+  sits on the -1.0 line: 3 s of zeros decoded "." at -0.99 here, and 1 s at -0.97
+  with AVX2 int8 kernels, so confidence alone cannot tell silence on every CPU);
+* average log-probability < -1.0: unsure, the full window judges;
+* :func:`asr.window.looks_degenerate`: the token budget ran out (``8/s * audio + 10``
+  tokens, so a loop is cut early), more than ``5/s * audio + 3`` words, or an n-gram
+  repeated back to back (a window only as long as the audio loops: WER 117-412 %,
+  measured on a 2-core EPYC in 2026-11).
+
+A 50 ms lead-in of silence goes before the audio: a clip whose speech starts at
+its first sample was misheard more often in the short window ("What is the capital
+of Friends?"; 12-question set 19.8 % vs 18.1 % WER for the full path without it).
+Lead-ins of 0.05-0.2 s all helped, by similar amounts (a few words apart);
+0.05 s had the lowest WER averaged over the three sets below.
+
+Measured (tiny.en int8, beam 1, 2 shared cores, espeak-ng en-us+f3 150 wpm unless
+noted; WER over all words, case and punctuation folded; "framed" = 150 ms of silence
+before, 300 ms after, as the VAD delivers an utterance):
+
+=====================================  ==============  ==============
+set                                    fast path WER   full path WER
+=====================================  ==============  ==============
+12 questions, 0.9-7.1 s (116 words)    12.1 %          18.1 %
+same, framed                           12.1 %          14.7 %
+32 sentences x f3/m3 x bare/framed     12.6 %          14.9 %
+24 held-out, same 4 conditions         14.6 %          16.4 %
+=====================================  ==============  ==============
+
+Median decode on the 12-question set 121-157 ms on the fast path vs 341-477 ms on
+the full path (four runs; the spread is other load on the machine). By clip length,
+under heavy load (1 / 3 / 6 / 9 s): fast 136-192 / 113-180 / 200-344 / 232-362 ms,
+full 552-1210 / 633-1382 / 606-1289 / 648-1723 ms; about 3x in every run. 3 of 248
+clips fell back (low confidence or high no-speech probability). A fallback costs
+the fast attempt on top of the full decode: a decode forced to run into its token
+budget (end-of-text suppressed) added 0.2-0.5 s. The two paths differ in single
+words here and there, in both directions; on these sets the fast one was slightly
+better, not worse.
+
+Shorter windows for shorter clips: measured, not the default. ``windows=(4, 5, 6, 8)``
+decodes a clip in the smallest window leaving it 1 s of room
+(:func:`asr.window.choose_window`; a rejected decode tries the 10 s window before the
+30 s one). The encoder is a small part of a short decode (10 s / 4 s window: 35 / 13 ms
+on AVX-512 BF16, 69 / 24 ms on emulated AVX2), and about one decode in five in a 4-8 s window
+was rejected by the guards, mostly a loop run into its token budget (none got through),
+which costs a second decode. So the median gained 10-30 ms, the p90 lost 100-190 ms and
+the WER 0.8-1.3 points (held-out sentences: 1.6-2.3). Measured 2026-12-01 on a 2-core
+AMD EPYC (shared, load 3-4) by ``benchmarks/bench_asr_window.py`` (AVX2: the same with
+``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 CT2_FORCE_CPU_ISA=AVX2`` and
+``--voices en-us+f3 piper``); 12 questions, 32 sentences and 24 held-out ones, espeak-ng
+en-us+f3/m3, en-gb+m1 and Piper, bare and framed, 0.6-6.0 s (544 clips; AVX2 272);
+decode ms p50 / p90 with any second decode, WER:
+
+=================================  ===  ========================  ==========================
+rule                               thr  AVX-512 BF16              AVX2, emulated on AVX-512
+=================================  ===  ========================  ==========================
+10 s only (the default)            1    154 / 263 ms, 13.3 %      188 / 263 ms, 12.2 %
+"                                  2    157 / 265 ms, 13.3 %      191 / 253 ms, 12.2 %
+smallest with 1 s room, then 10 s  1    141 / 394 ms, 14.6 %      158 / 434 ms, 13.3 %
+"                                  2    143 / 401 ms, 14.6 %      162 / 443 ms, 13.3 %
+room max(1 s, 50 %), then 10 s     1    144 / 367 ms, 14.1 %      162 / 426 ms, 13.1 %
+"                                  2    149 / 381 ms, 14.1 %      169 / 426 ms, 13.1 %
+smallest with 1 s room, then 30 s  1    141 / 657 ms, 14.6 %      158 / 802 ms, 13.0 %
+=================================  ===  ========================  ==========================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from asr.window import WINDOW_MARGIN_S, ct2_max_length, judge_window
+
+__all__ = ["LEAD_IN_S", "MAX_NEW_TOKENS_EXTRA", "MAX_NEW_TOKENS_PER_S", "WindowDecoder"]
+
+#: silence the fast path puts before the audio: speech starting at the very first
+#: sample is misheard more often in a short window (see the module docstring)
+LEAD_IN_S = 0.05
+
+#: the fast path's token budget, ``ceil(MAX_NEW_TOKENS_PER_S * audio_s) + MAX_NEW_TOKENS_EXTRA``:
+#: above the word limit (~1.3 tokens a word), small enough that a loop ends early
+MAX_NEW_TOKENS_PER_S = 8.0
+MAX_NEW_TOKENS_EXTRA = 10
+
+
+class WindowDecoder:
+    """The short-window decode: prompt, suppression list and shapes, fixed at load.
+
+    Immutable after ``__init__``, so one instance serves concurrent calls (the
+    feature extractor is only read: it is called without ``chunk_length``, which
+    would overwrite its window size).
+    """
+
+    def __init__(self, model: Any, *, language: str, beam_size: int, window_s: float) -> None:
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        extractor = model.feature_extractor
+        self.frames_per_s: float = extractor.sampling_rate / extractor.hop_length
+        self.window_s = window_s
+        self.max_audio_s = window_s - WINDOW_MARGIN_S
+        self.sample_rate_hz: int = extractor.sampling_rate
+        self.beam_size = beam_size
+        multilingual = bool(model.model.is_multilingual)
+        # as WhisperModel.transcribe: an English-only model always decodes "en"
+        tokenizer = Tokenizer(
+            model.hf_tokenizer,
+            multilingual,
+            task="transcribe",
+            language=language if multilingual else "en",
+        )
+        self.tokenizer = tokenizer
+        # get_prompt(without_timestamps=True), no previous text: sot [lang transcribe] notimestamps
+        self.prompt: list[int] = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        # faster-whisper's default suppress_tokens=[-1]: the model's non-speech symbols
+        # plus the task and special tokens
+        self.suppress_tokens: list[int] = list(get_suppressed_tokens(tokenizer, [-1]))
+        self.max_length: int = model.max_length  # the decoder's 448 positions
+
+    def decode(self, model: Any, samples: NDArray[np.float32], audio_s: float, window_s: float) -> str | None:
+        """The text, "" for silence, or None when the full window should decode instead."""
+        import ctranslate2
+
+        lead_in = np.zeros(round(LEAD_IN_S * self.sample_rate_hz), dtype=np.float32)
+        features = model.feature_extractor(np.concatenate([lead_in, samples]))
+        # as generate_segments: the last frame (from the extractor's 160-sample tail
+        # padding) is not content; the rest is padded with zeros like pad_or_trim does
+        content = features[:, : features.shape[-1] - 1]
+        frames = max(round(window_s * self.frames_per_s), content.shape[1])
+        padded = np.zeros((1, content.shape[0], frames), dtype=np.float32)
+        padded[0, :, : content.shape[1]] = content
+        max_new_tokens = min(
+            math.ceil(MAX_NEW_TOKENS_PER_S * audio_s) + MAX_NEW_TOKENS_EXTRA,
+            self.max_length // 2 - len(self.prompt),
+        )
+        result = model.model.generate(
+            ctranslate2.StorageView.from_array(padded),
+            [self.prompt],
+            beam_size=self.beam_size,
+            patience=1.0,
+            length_penalty=1.0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            max_length=ct2_max_length(max_new_tokens, len(self.prompt), self.max_length),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=self.suppress_tokens,
+        )[0]
+        tokens: list[int] = result.sequences_ids[0]
+        # faster-whisper's recovery of the average log-probability (length_penalty 1)
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        return judge_window(
+            str(self.tokenizer.decode(tokens)).strip(),
+            audio_s,
+            no_speech_prob=float(result.no_speech_prob),
+            avg_logprob=float(avg_logprob),
+            hit_max_length=len(tokens) >= max_new_tokens,
+        )
