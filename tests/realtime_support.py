@@ -31,7 +31,8 @@ from voice_pipeline.realtime.server_events import (
     Usage,
 )
 from voice_pipeline.realtime.session_config import Modality, ServerProfile, initial_config
-from voice_pipeline.realtime.session_update import apply_update, parse_session
+from voice_pipeline.realtime.session_parse import parse_session
+from voice_pipeline.realtime.session_update import apply_update
 
 PROFILE = ServerProfile(
     model="SmolLM2-135M-Instruct",

@@ -19,10 +19,11 @@ from servers import with_server
 
 from voice_pipeline.bench.html import to_html
 from voice_pipeline.bench.options import BenchOptions
-from voice_pipeline.bench.report import format_text, to_json
+from voice_pipeline.bench.report import to_json
 from voice_pipeline.bench.run import BenchResult, StepResult, http_url
 from voice_pipeline.bench.scenario import Clip, TurnPlan
 from voice_pipeline.bench.stats import RampVerdict, Scrape
+from voice_pipeline.bench.text import format_text
 from voice_pipeline.bench.tracker import AudioCleared, ReplyAudio, SpeechHeard, Tracker, TurnRecorded, result
 from voice_pipeline.cli import main
 from voice_pipeline.config import load_config

@@ -34,7 +34,7 @@ from voice_pipeline.realtime.server_events import (
     TurnLatencyMeasured,
 )
 from voice_pipeline.realtime.session_config import initial_config
-from voice_pipeline.realtime.session_update import parse_session
+from voice_pipeline.realtime.session_parse import parse_session
 from voice_pipeline.turntaking.messages import Detection, TurnOptions
 
 CFG = Config()

@@ -51,7 +51,7 @@ from voice_pipeline.realtime.server_events import (
     TurnLatencyMeasured,
 )
 from voice_pipeline.realtime.session_config import ServerProfile
-from voice_pipeline.realtime.session_update import parse_session
+from voice_pipeline.realtime.session_parse import parse_session
 from voice_pipeline.realtime.tools import ToolChoiceFunction, ToolChoiceMode
 
 CFG = Config()

@@ -28,7 +28,8 @@ from voice_pipeline.realtime.session_config import (
     session_json,
     vad_config,
 )
-from voice_pipeline.realtime.session_update import apply_update, parse_session
+from voice_pipeline.realtime.session_parse import parse_session
+from voice_pipeline.realtime.session_update import apply_update
 from voice_pipeline.realtime.tools import (
     FunctionTool,
     ToolChoiceFunction,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tts.chunker import ClauseChunker, clean_for_speech, is_speakable
+from tts.chunker import ClauseChunker
+from tts.text import clean_for_speech, is_speakable
 
 FORTY_FIVE = " ".join(f"w{i}" for i in range(45))
 LONG_REPLY = (

@@ -3,8 +3,8 @@
 Pure and synchronous: feed text deltas with :meth:`ClauseChunker.push` as they
 arrive, call :meth:`ClauseChunker.flush` at the end of the stream. Clauses come
 back cleaned for speech (markdown markers and emoji removed, whitespace
-collapsed). The result never depends on how the text was cut into deltas: a
-decision that needs text which has not arrived yet waits for it.
+collapsed; see :mod:`tts.text`). The result never depends on how the text was
+cut into deltas: a decision that needs text which has not arrived yet waits for it.
 
 Where a clause ends (on the cleaned text; the first rule met from the left wins):
 
@@ -62,26 +62,17 @@ A clause without speakable content (no letter or digit) is never emitted on its
 own: the punctuation joins the next clause, and :meth:`flush` drops a remainder
 such as a lone ``"..."``; a character cut with nothing speakable before it
 (``!!!!…``) is dropped too.
-
-Cleaning: ``*`` and backticks are removed everywhere, emoji (pictographs,
-dingbats, flags, variation selectors, joiners, keycaps) too; at the start of a
-line, heading (``#``), quote (``>``) and list markers (``- ``, ``+ ``, ``• ``,
-``* ``, ``1. ``, ``2) ``) are removed. Other characters are kept as they are.
 """
 
 from __future__ import annotations
 
-import re
-
+from tts.text import StreamCleaner, is_speakable, normalize_space
 from voice_pipeline.config import TTSConfig
 
 __all__ = [
     "DANGLING",
     "PHRASE_STARTS",
     "ClauseChunker",
-    "clean_for_speech",
-    "is_speakable",
-    "strip_symbols",
 ]
 
 _SENTENCE_END = frozenset(".?!…")
@@ -118,86 +109,10 @@ DANGLING = frozenset(
 _DEFAULT_FIRST_CHUNK_WORDS = TTSConfig().first_chunk_words
 #: characters that continue a word (besides letters and digits): "isn't", "in-depth"
 _WORD_JOINERS = frozenset("'\u2019-")
-_DROPPED_CHARS = frozenset("*`\u200d\ufe0e\ufe0f\u20e3")
-#: inclusive code point ranges of emoji and pictographic symbols
-_EMOJI_RANGES = (
-    (0x1F000, 0x1FAFF),  # mahjong .. symbols & pictographs ext-A (incl. flags, skin tones)
-    (0x2600, 0x27BF),  # misc symbols, dingbats
-    (0x2300, 0x23FF),  # misc technical (watch, hourglass, ...)
-    (0x2B00, 0x2BFF),  # arrows, stars
-    (0xE0020, 0xE007F),  # tag characters (subdivision flags)
-)
-_LINE_MARKER = re.compile(r"[ \t]*(?:#{1,6}|>|[-+•]|\d{1,3}[.)])[ \t]")
-_LINE_MARKER_PREFIX = re.compile(r"[ \t]*(?:#{0,6}|>|[-+•]|\d{1,3}[.)]?)")
-
-
-def _keep_char(ch: str) -> bool:
-    if ch in _DROPPED_CHARS:
-        return False
-    cp = ord(ch)
-    return not any(lo <= cp <= hi for lo, hi in _EMOJI_RANGES)
-
-
-def strip_symbols(text: str) -> str:
-    """``text`` without ``*``, backticks and emoji (no line-marker handling)."""
-    return "".join(ch for ch in text if _keep_char(ch))
-
-
-def is_speakable(text: str) -> bool:
-    """True if ``text`` has something to say (a letter or a digit)."""
-    return any(ch.isalnum() for ch in text)
 
 
 def _word_count(text: str) -> int:
     return sum(1 for token in text.split() if is_speakable(token))
-
-
-_SPACE_BEFORE_PUNCT = re.compile(r" (?=[.,!?;:…](?:\s|$))")
-
-
-def _normalize_space(text: str) -> str:
-    """Collapse whitespace; drop a space left before punctuation (``fun 🎉!`` -> ``fun!``)."""
-    return _SPACE_BEFORE_PUNCT.sub("", " ".join(text.split()))
-
-
-class _Cleaner:
-    """Streaming markdown/emoji remover. Holds back only an ambiguous line start."""
-
-    def __init__(self) -> None:
-        self._at_line_start = True
-        self._prefix = ""  # held-back start of the current line
-
-    def feed(self, text: str) -> str:
-        out: list[str] = []
-        for ch in text:
-            if not _keep_char(ch):
-                continue
-            if not self._at_line_start:
-                out.append(ch)
-                if ch == "\n":
-                    self._at_line_start = True
-                continue
-            self._prefix += ch
-            marker = _LINE_MARKER.match(self._prefix)
-            if marker is not None:  # a whole marker: drop it
-                self._prefix, self._at_line_start = "", False
-            elif ch == "\n":  # blank or marker-less short line
-                out.append(self._prefix)
-                self._prefix = ""
-            elif _LINE_MARKER_PREFIX.fullmatch(self._prefix) is None:  # not a marker
-                out.append(self._prefix)
-                self._prefix, self._at_line_start = "", False
-        return "".join(out)
-
-    def flush(self) -> str:
-        rest, self._prefix, self._at_line_start = self._prefix, "", True
-        return rest
-
-
-def clean_for_speech(text: str) -> str:
-    """``text`` without markdown markers and emoji, whitespace collapsed."""
-    cleaner = _Cleaner()
-    return _normalize_space(cleaner.feed(text) + cleaner.flush())
 
 
 class ClauseChunker:
@@ -231,7 +146,7 @@ class ClauseChunker:
         self._first_phrase_split = first_phrase_split
         self._max_chars = max_clause_chars
         self._first_words = first_chunk_words
-        self._cleaner = _Cleaner()
+        self._cleaner = StreamCleaner()
         self._buf = ""  # cleaned text of the clause being built (and lookahead)
         self._pos = 0  # next index of _buf to examine
         self._words_emitted = 0  # in this reply; 0 until its first clause is emitted
@@ -252,7 +167,7 @@ class ClauseChunker:
         """End of the stream: the remaining clauses, if they have speakable content."""
         self._buf += self._cleaner.flush()
         clauses = self._drain(final=True)
-        rest = _normalize_space(self._buf)
+        rest = normalize_space(self._buf)
         self._buf, self._pos = "", 0
         if is_speakable(rest):
             clauses.append(rest)
@@ -267,7 +182,7 @@ class ClauseChunker:
             end = self._next_boundary(final=final)
             if end is None:
                 return clauses
-            clause = _normalize_space(self._buf[:end])
+            clause = normalize_space(self._buf[:end])
             self._buf = self._buf[end:]
             self._pos = 0
             if is_speakable(clause):  # only a character cut can give an unspeakable one

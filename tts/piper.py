@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from tts.chunker import is_speakable, strip_symbols
+from tts.text import is_speakable, strip_symbols
 from voice_pipeline.errors import ClosedError, MissingPackageError, ModelError
 
 if TYPE_CHECKING:

@@ -206,10 +206,10 @@ def _stderr(msg: str) -> None:
 
 def execute(opts: BenchOptions, config: Path | None = None) -> BenchResult:
     """Run the bench (blocking); errors are :class:`VoicePipelineError` subclasses."""
-    from voice_pipeline.bench import report
     from voice_pipeline.bench.run import run_bench
     from voice_pipeline.bench.scenario import Speech
     from voice_pipeline.bench.speech import piper_speech, wav_speech
+    from voice_pipeline.bench.text import format_turn
     from voice_pipeline.config import load_config
 
     cfg = load_config(config)
@@ -223,13 +223,14 @@ def execute(opts: BenchOptions, config: Path | None = None) -> BenchResult:
         return given if given is not None else piper_speech(cfg, rate, _stderr, pauses=opts.pauses > 0)
 
     return asyncio.run(
-        run_bench(opts, speech, _stderr, lambda t: _stderr(report.format_turn(t)), local_budget=cfg.budget)
+        run_bench(opts, speech, _stderr, lambda t: _stderr(format_turn(t)), local_budget=cfg.budget)
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from voice_pipeline.bench import report
     from voice_pipeline.bench.html import to_html
+    from voice_pipeline.bench.report import to_json
+    from voice_pipeline.bench.text import format_text
 
     try:
         opts = options(args)
@@ -244,8 +245,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _stderr("voice-pipeline bench: interrupted")
         return 130
-    data = report.to_json(result)
-    text = report.format_text(result)
+    data = to_json(result)
+    text = format_text(result)
     if args.json == "-":
         _stderr(text)
         print(json.dumps(data, indent=1))

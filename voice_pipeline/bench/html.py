@@ -14,7 +14,7 @@ import html
 import json
 from typing import Any
 
-from voice_pipeline.bench.report import machine_lines
+from voice_pipeline.bench.text import machine_lines
 from voice_pipeline.ledger.ledger import CRITICAL_PATH
 
 COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2")

@@ -36,17 +36,14 @@ from voice_pipeline.realtime.audio import AudioFormat
 from voice_pipeline.realtime.errors import ErrorCode, ProtocolError, RealtimeClientError, quote, refuse
 from voice_pipeline.realtime.items import MAX_ID_CHARS, Item, ItemReference, parse_item
 from voice_pipeline.realtime.session_config import Modality
-from voice_pipeline.realtime.session_update import (
-    UNSET,
-    SessionUpdate,
-    Unset,
+from voice_pipeline.realtime.session_parse import (
     parse_format,
     parse_max_tokens,
     parse_modalities,
     parse_session,
     parse_voice,
-    unsupported,
 )
+from voice_pipeline.realtime.session_update import UNSET, SessionUpdate, Unset, unsupported
 from voice_pipeline.realtime.tools import FunctionTool, ToolChoice, parse_tool_choice, parse_tools
 from voice_pipeline.realtime.wire import Fields, Json, decode_base64, load_object
 

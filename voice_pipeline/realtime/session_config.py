@@ -4,7 +4,8 @@
 :func:`initial_config` makes it from the :class:`ServerProfile` (what this
 server is: model, voice, VAD defaults, ...), and :func:`session_json` is the
 ``session`` object of ``session.created`` / ``session.updated``: always the
-whole effective config. ``session.update`` is read and merged by
+whole effective config. ``session.update`` is read by
+:mod:`voice_pipeline.realtime.session_parse` and merged by
 :mod:`voice_pipeline.realtime.session_update`.
 
 Mapping onto the pipeline: ``server_vad`` -> :func:`vad_config` (the VAD's
