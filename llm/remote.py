@@ -1,10 +1,10 @@
 """A remote OpenAI-compatible vLLM server behind the :class:`llm.base.LLM` interface.
 
 ``POST {url}/chat/completions`` with ``stream=True`` over one ``httpx.AsyncClient``;
-the server-sent events are parsed by the pure :func:`parse_sse_line`. Closing the
-reply stream (``aclose()``, cancelling the iterating task, or :meth:`RemoteVLLM.abort`)
-closes the HTTP response, and vLLM aborts the request server-side when its
-client disconnects.
+the request bodies and the server-sent events are the pure wire format of
+:mod:`llm.openai_wire`. Closing the reply stream (``aclose()``, cancelling the
+iterating task, or :meth:`RemoteVLLM.abort`) closes the HTTP response, and vLLM
+aborts the request server-side when its client disconnects.
 
 Token counts come from vLLM's ``stream_options.continuous_usage_stats`` (the
 cumulative ``usage.completion_tokens`` carried by every chunk); a server that
@@ -39,7 +39,6 @@ import dataclasses
 import json
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from llm.base import (
@@ -52,15 +51,9 @@ from llm.base import (
     ToolCallDelta,
     ToolOffer,
 )
+from llm.openai_wire import SSEDone, parse_sse_line, prefill_body, stream_body, usage_counts
 from llm.toolcalls import new_call_id
-from llm.toolprompt import (
-    as_plain_text,
-    effective_offer,
-    known_reply,
-    openai_messages,
-    openai_tool_choice,
-    openai_tools,
-)
+from llm.toolprompt import effective_offer, known_reply
 from voice_pipeline.config import LLMConfig
 from voice_pipeline.errors import ClosedError, ConfigError, EngineError
 from voice_pipeline.telemetry.context import llm_headers
@@ -70,104 +63,6 @@ if TYPE_CHECKING:
 
 #: connect timeout in seconds (capped by ``request_timeout_s``)
 CONNECT_TIMEOUT_S: Final = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class SSEChunk:
-    """One parsed ``data:`` event of a chat completion stream."""
-
-    text: str
-    #: cumulative completion tokens reported by the server, if it sent usage
-    completion_tokens: int | None
-    finish_reason: str | None
-    #: the prompt's tokens, and those of them from the server's prefix cache
-    #: (``usage.prompt_tokens_details.cached_tokens``: vLLM sends it when started with
-    #: ``--enable-prompt-tokens-details``), if the server said
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    #: ``choices[0].delta.tool_calls``: function calls being streamed
-    tool_calls: tuple[ToolCallDelta, ...] = ()
-
-
-class SSEDone:
-    """The ``data: [DONE]`` sentinel."""
-
-
-DONE: Final = SSEDone()
-
-
-def parse_sse_line(line: str) -> SSEChunk | SSEDone | None:
-    """Parse one line of an SSE stream; ``None`` for lines that carry no event.
-
-    Raises :class:`EngineError` for malformed JSON or an ``error`` event.
-    """
-    if not line.startswith("data:"):
-        return None  # blank separators, ":" comments, event:/id: fields
-    payload = line[5:].strip()
-    if not payload:
-        return None
-    if payload == "[DONE]":
-        return DONE
-    try:
-        data = json.loads(payload)
-    except ValueError as exc:
-        raise EngineError(f"malformed event from the LLM server: {payload[:200]!r}", retryable=True) from exc
-    if not isinstance(data, dict):
-        raise EngineError(f"unexpected event from the LLM server: {payload[:200]!r}", retryable=True)
-    if "error" in data:
-        error = data["error"]
-        message = error.get("message", error) if isinstance(error, dict) else error
-        code = error.get("code") if isinstance(error, dict) else None
-        retryable = not (isinstance(code, int) and 400 <= code < 500)
-        raise EngineError(f"the LLM server failed the request: {message}", retryable=retryable)
-    text = ""
-    finish_reason = None
-    calls: tuple[ToolCallDelta, ...] = ()
-    choices = data.get("choices") or []
-    if choices and isinstance(choices[0], dict):
-        delta = choices[0].get("delta") or {}
-        text = delta.get("content") or ""
-        finish_reason = choices[0].get("finish_reason")
-        calls = _tool_call_deltas(delta.get("tool_calls"))
-    usage = data.get("usage")
-    tokens, prompt, cached = _usage(usage)
-    return SSEChunk(text, tokens, finish_reason, prompt, cached, calls)
-
-
-def _tool_call_deltas(value: object) -> tuple[ToolCallDelta, ...]:
-    """``delta.tool_calls`` of a chunk (entries that are not objects are skipped)."""
-    if not isinstance(value, list):
-        return ()
-    out = []
-    for position, entry in enumerate(value):
-        if not isinstance(entry, dict):
-            continue
-        index = entry.get("index")
-        function = entry.get("function")
-        function = function if isinstance(function, dict) else {}
-        call_id, name, arguments = entry.get("id"), function.get("name"), function.get("arguments")
-        out.append(
-            ToolCallDelta(
-                index if isinstance(index, int) and not isinstance(index, bool) else position,
-                call_id if isinstance(call_id, str) else None,
-                name if isinstance(name, str) else None,
-                arguments if isinstance(arguments, str) else "",
-            )
-        )
-    return tuple(out)
-
-
-def _usage(usage: object) -> tuple[int | None, int | None, int | None]:
-    """(completion_tokens, prompt_tokens, cached prompt tokens) of a ``usage`` object."""
-    if not isinstance(usage, dict):
-        return None, None, None
-
-    def number(value: object) -> int | None:
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    details = usage.get("prompt_tokens_details")
-    cached = number(details.get("cached_tokens")) if isinstance(details, dict) else None
-    return number(usage.get("completion_tokens")), number(usage.get("prompt_tokens")), cached
 
 
 class RemoteVLLM:
@@ -229,19 +124,14 @@ class RemoteVLLM:
         self._aborted.discard(request_id)
         self._streams[request_id] = None  # counted as open while connecting
         try:
-            body: dict[str, Any] = {
-                "model": await self._model_name(),
-                # an answer with no tools offered: earlier calls and results as plain text, as
-                # in process (llm.toolprompt.plan_request), which any chat template renders
-                "messages": openai_messages(messages if offer is not None else as_plain_text(messages)),
-                "stream": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-                "max_tokens": self._cfg.max_tokens,
-                "temperature": self._cfg.temperature,
-                "top_p": self._cfg.top_p,
-            }
-            if offer is not None:
-                body.update(tools=openai_tools(offer.tools), tool_choice=openai_tool_choice(offer))
+            body = stream_body(
+                await self._model_name(),
+                messages,
+                offer,
+                max_tokens=self._cfg.max_tokens,
+                temperature=self._cfg.temperature,
+                top_p=self._cfg.top_p,
+            )
             if request_id in self._aborted:
                 return  # aborted while the model name was looked up
             async with self._client.stream(
@@ -324,14 +214,7 @@ class RemoteVLLM:
         self._aborted.discard(request_id)
         self._streams[request_id] = None
         try:
-            body = {
-                "model": await self._model_name(),
-                "messages": openai_messages(as_plain_text(messages)),
-                "max_tokens": 1,
-                "temperature": 0.0,
-                "add_generation_prompt": False,
-                "continue_final_message": messages[-1].role == "user",
-            }
+            body = prefill_body(await self._model_name(), messages)
             if request_id in self._aborted:
                 return result(PrefillOutcome.ABORTED)
             async with self._client.stream(
@@ -342,7 +225,7 @@ class RemoteVLLM:
                 self._streams[request_id] = response
                 await self._check_status(response)
                 data = json.loads(await response.aread())
-            _, prompt, cached = _usage(data.get("usage") if isinstance(data, dict) else None)
+            _, prompt, cached = usage_counts(data.get("usage") if isinstance(data, dict) else None)
             return result(PrefillOutcome.WARMED)
         except (httpx.HTTPError, httpx.StreamError, EngineError, ValueError) as exc:
             if request_id in self._aborted or self._closed:

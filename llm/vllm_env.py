@@ -1,4 +1,4 @@
-"""The environment the in-process vLLM engine is started in (see :mod:`llm.vllm_engine`):
+"""The environment the in-process vLLM engine is started in (by :mod:`llm.vllm_start`):
 its defaults, the OpenMP threads of its spawned process, the torch.compile cache, and
 the CPU emulation. Each context manager sets variables while the engine starts and
 restores them afterwards."""

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from llm.base import ChatMessage, LLMDelta
-from llm.remote import DONE, RemoteVLLM, SSEChunk, parse_sse_line
+from llm.openai_wire import DONE, SSEChunk, parse_sse_line
+from llm.remote import RemoteVLLM
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, LLMConfig
 from voice_pipeline.errors import EngineError
 

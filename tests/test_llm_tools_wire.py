@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from llm.base import ChatMessage, ToolCall, ToolCallDelta, ToolMode, ToolOffer, ToolSpec
-from llm.remote import RemoteVLLM, SSEChunk, parse_sse_line
+from llm.openai_wire import SSEChunk, parse_sse_line
+from llm.remote import RemoteVLLM
 from llm.toolcalls import NamedCallStream, ToolCallCollector, ToolCallParser
 from llm.toolprompt import (
     MAX_REQUIRED_CALLS,
