@@ -79,7 +79,7 @@ class RaisingASR:
 
     def __init__(self, inner: ASREngine) -> None:
         self._inner = inner
-        self.sample_rate_hz, self.voice = inner.sample_rate_hz, inner.voice
+        self.sample_rate_hz = inner.sample_rate_hz
         self.raised = 0
 
     def transcribe(self, audio: Any) -> Transcription:
@@ -96,7 +96,7 @@ class RaisingASR:
 class RaisingTTS:
     def __init__(self, inner: TTS) -> None:
         self._inner = inner
-        self.sample_rate_hz = inner.sample_rate_hz
+        self.sample_rate_hz, self.voice = inner.sample_rate_hz, inner.voice
         self.raised = 0
 
     def synthesize(self, text: str) -> Any:

@@ -68,7 +68,7 @@ class CountedLLM:
 class CountedASR:
     def __init__(self, inner: ASREngine, calls: Calls) -> None:
         self._inner, self._calls = inner, calls
-        self.sample_rate_hz, self.voice = inner.sample_rate_hz, inner.voice
+        self.sample_rate_hz = inner.sample_rate_hz
 
     def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
         self._calls.log.append("asr")
@@ -81,7 +81,7 @@ class CountedASR:
 class CountedTTS:
     def __init__(self, inner: TTS, calls: Calls) -> None:
         self._inner, self._calls = inner, calls
-        self.sample_rate_hz = inner.sample_rate_hz
+        self.sample_rate_hz, self.voice = inner.sample_rate_hz, inner.voice
 
     def synthesize(self, text: str) -> NDArray[np.int16]:
         self._calls.log.append("tts")
