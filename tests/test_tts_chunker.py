@@ -410,6 +410,18 @@ FIRST_CHUNK_CASES = [
     (2, "I am a voice assistant.", ["I am a voice", "assistant."]),
     (2, "It is a very long way to the top.", ["It is a very long", "way to the top."]),
     (2, "Seven big red apples sit there.", ["Seven big red apples", "sit there."]),
+    # before a number (a token per digit or two, several spoken words), unless the last word hangs
+    (
+        3,
+        "The moon is approximately 140,760,000 kilometers away from Earth.",
+        ["The moon is approximately", "140,760,000 kilometers away from Earth."],
+    ),
+    (
+        3,
+        "The moon is 384,400 kilometers away from Earth.",
+        ["The moon is 384,400 kilometers away", "from Earth."],
+    ),
+    (3, "It is 5 pm now.", ["It is 5 pm now."]),
     # a short sentence ends it first, as always
     (3, "I am a voice assistant.", ["I am a voice assistant."]),
     (3, "Yes. Paris is the capital of France.", ["Yes.", "Paris is the capital of France."]),

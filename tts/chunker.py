@@ -40,7 +40,8 @@ Where a clause ends (on the cleaned text; the first rule met from the left wins)
   comes from the first few words. A clause mark ends it after any word (``Sure,``); from
   N words on it ends before a word that starts a phrase (:data:`PHRASE_STARTS`, as the
   first-phrase rule: ``The capital of France`` + ``is Paris.``, ``Bees make honey`` +
-  ``from flowers.`` with N = 3); from 2N words on at any word boundary whose last word
+  ``from flowers.`` with N = 3), or before a number (``The moon is approximately`` +
+  ``140,760,000 kilometers``); from 2N words on at any word boundary whose last word
   does not leave the phrase hanging (an article, pronoun, auxiliary, preposition or
   conjunction, see :data:`DANGLING`). Then, while the reply is young (fewer than
   ``later_clause_words`` words emitted), a clause also ends before a phrase start once it
@@ -298,9 +299,21 @@ class ClauseChunker:
             return self._phrase_starts_after(i, n, final=final)
         if words < self._first_words:
             return False
-        if words >= 2 * self._first_words and self._last_word(i) not in DANGLING:
+        if self._last_word(i) not in DANGLING and (
+            words >= 2 * self._first_words or self._number_after(i, n)
+        ):
             return True
         return self._phrase_starts_after(i, n, final=final)
+
+    def _number_after(self, i: int, n: int) -> bool:
+        """True if the word after the whitespace at ``i`` starts with a digit: a number takes
+        the LLM a token per digit or two and Piper several words to speak, so a first chunk
+        that waited for it came late (``The moon is approximately`` + ``140,760,000 ...``)."""
+        s = self._buf
+        k = i
+        while k < n and (s[k].isspace() or s[k] in _OPENERS):
+            k += 1
+        return k < n and s[k].isdigit()
 
     def _last_word(self, i: int) -> str:
         """The word that ends at ``i``, lower-case, without quotes or brackets."""
