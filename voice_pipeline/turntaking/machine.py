@@ -6,12 +6,7 @@ evidence about a pause, transcripts, playback, push-to-talk, an explicit interru
 and carries out the commands it answers with. Each turn moves only through the
 transition table of :mod:`voice_pipeline.turntaking.phases` (:meth:`TurnMachine._move`);
 what goes in and the commands that come out are :mod:`voice_pipeline.turntaking.messages`.
-The finer decisions are delegated to pure parts it owns: the
-:class:`~vad.endpointer.Endpointer` (speech start, pause, resume, end of turn by the
-semantic policy of :mod:`vad.end_of_turn`, the maximum turn length), the
-:class:`~voice_pipeline.turntaking.ending.Continuation` rules (speech that takes an end
-back) and the :class:`~voice_pipeline.turntaking.bargein.BargeInTracker` (pause a reply
-at once, confirm the interruption or resume).
+The finer decisions are delegated to the pure parts it owns: see :mod:`voice_pipeline.turntaking`.
 """
 
 from __future__ import annotations
@@ -87,9 +82,7 @@ class TurnMachine:
         on the speculative transcript (``dialogue.speculative_start``)."""
         self._vad = vad
         self._barge_in = barge_in
-        self._rate = sample_rate_hz
         self._frame_ms = frame_samples * 1000 / sample_rate_hz
-        self._time_of = time_of
         self._prefetch = prefetch
         self._options = options or TurnOptions()
         self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
@@ -98,23 +91,21 @@ class TurnMachine:
         self._turns: dict[int, TurnState] = {}
         self._ids = itertools.count(1)
         self.user: int | None = None  # the turn the user is speaking (LISTENING, MAYBE_FINISHED)
-        self._hold = Hold()  # push-to-talk, manual detection
+        self._hold = Hold(sample_rate_hz, time_of)  # push-to-talk, manual detection
 
     # ------------------------------------------------------------ queries
 
     def phase(self, turn_id: int) -> Phase:
-        t = self._turns.get(turn_id)
-        return Phase.DONE if t is None else t.phase
+        return self._turns[turn_id].phase if turn_id in self._turns else Phase.DONE
 
     def spoken_over(self, turn_id: int) -> int | None:
-        t = self._turns.get(turn_id)
-        return None if t is None else t.spoken_over
+        return self._turns[turn_id].spoken_over if turn_id in self._turns else None
 
     @property
     def audible(self) -> int | None:
         """The reply the listener is hearing (or that is paused by their speech)."""
-        heard = [t for t in self._turns.values() if t.phase in HEARD_PHASES]
-        return heard[-1].turn_id if heard else None
+        t = self._latest(HEARD_PHASES)
+        return None if t is None else t.turn_id
 
     @property
     def live(self) -> list[int]:
@@ -135,7 +126,11 @@ class TurnMachine:
         else:  # push-to-talk decides the turn's start and end
             for step in steps:
                 self._endpoint(step, cmds)
-        self._expire(now_ns, cmds)
+        pending = self.endpointer.pending_onset
+        for t in self._turns.values():  # seal the turns that can no longer be continued
+            if self.continuation.expired(t, now_ns, pending):
+                t.sealed = True
+                cmds.append(Seal(t.turn_id))
         return cmds
 
     def evidence(self, found: EvidenceFound) -> list[Command]:
@@ -147,10 +142,9 @@ class TurnMachine:
         prefetch = self._prefetch and self._options.auto_reply and t.spoken_over is None
         if found.cue not in (None, Cue.INCOMPLETE) and prefetch:  # not with no reply to come
             cmds.append(Prefetch(t.turn_id))
-        steps = self.endpointer.evidence(
+        for step in self.endpointer.evidence(
             found.speech_end_sample, cue=found.cue, p_complete=found.p_complete, no_sound=found.no_sound
-        )
-        for step in steps:
+        ):
             self._endpoint(step, cmds)
         return cmds
 
@@ -205,34 +199,28 @@ class TurnMachine:
         starts now (the VAD no longer decides its start or end)."""
         cmds = self.interrupt(now_ns)
         self.endpointer.abandon()
-        self._hold.press(now_ns)
+        start = self._hold.press(position, now_ns, self._vad.pre_roll_ms)
         if self.user is None:
-            pre = self._vad.pre_roll_ms * self._rate // 1000
-            cmds.extend(self._begin(position, max(0, position - pre), spoken_over=None))
-        t = self._turns[self.user] if self.user is not None else None
-        if t is not None:
-            t.ptt = True
-            if t.phase is Phase.MAYBE_FINISHED:
-                self._move(t, Step.RESUME)
-                cmds.append(StopSpeculating(t.turn_id))
+            return [*cmds, *self._begin(position, start, spoken_over=None, ptt=True)]
+        t = self._turns[self.user]
+        t.ptt = True
+        if t.phase is Phase.MAYBE_FINISHED:
+            self._move(t, Step.RESUME)
+            cmds.append(StopSpeculating(t.turn_id))
         return cmds
 
     def ptt_released(self, position: int) -> list[Command]:
         """Push-to-talk released: the user's turn ends now (no end-of-speech silence)."""
-        if not self._hold.key_down:
+        if not self._hold.release():
             return []
-        self._hold.release()
         self.endpointer.abandon()
-        if self.user is None:
-            return []
-        return self._end(EndOfTurn(position, position, Rule.PUSH_TO_TALK))
+        return [] if self.user is None else self._end(EndOfTurn(position, position, Rule.PUSH_TO_TALK))
 
     def commit(self, position: int) -> list[Command]:
         """The client committed its input at sample ``position``: the user's turn in
         progress ends now (manual detection: the audio since the last commit or clear;
         with the VAD: the speech so far)."""
-        self._hold.input_from = position
-        if self.user is None or self._hold.key_down:
+        if not self._hold.input_cut(position) or self.user is None:
             return []
         speech_end = position
         if self._options.detection is Detection.VAD:
@@ -243,12 +231,10 @@ class TurnMachine:
     def drop(self, position: int) -> list[Command]:
         """The client cleared its input at sample ``position``: the user's turn in progress
         is abandoned (its audio is neither transcribed nor answered)."""
-        self._hold.input_from = position
-        if self.user is None or self._hold.key_down:
+        if not self._hold.input_cut(position) or self.user is None:
             return []
-        t = self._turns[self.user]
+        t = self._turns.pop(self.user)
         self._move(t, Step.DROP)
-        del self._turns[t.turn_id]
         self.user = None
         self.endpointer.abandon()
         return [DropTurn(t.turn_id)]
@@ -263,11 +249,9 @@ class TurnMachine:
     def cancel(self, turn_id: int) -> list[Command]:
         """The client cancelled this turn's reply (a realtime ``response.cancel``)."""
         t = self._turns.get(turn_id)
-        if t is None or t.phase not in REPLY_PHASES:
-            return []
-        if t.phase in HEARD_PHASES:
+        if t is not None and t.phase in HEARD_PHASES:
             self.tracker.resolved()
-        return self._cancel(t, CancelReason.CLIENT)
+        return [] if t is None else self._cancel(t, CancelReason.CLIENT)
 
     def configure(
         self,
@@ -297,7 +281,7 @@ class TurnMachine:
         t.phase = nxt
 
     def _barge_in_frame(self, p: float, frame_start_ns: int, is_echo: EchoProbe, cmds: list[Command]) -> None:
-        audible = self._turns.get(self.audible or 0)
+        audible = self._latest(HEARD_PHASES)
         heard = self.tracker.hear(
             p, self._vad, is_echo, assistant_audible=audible is not None, frame_start_ns=frame_start_ns
         )
@@ -326,7 +310,7 @@ class TurnMachine:
                 cmds.extend(self._end(step))
 
     def _speech_started(self, s: SpeechStarted) -> list[Command]:
-        latest = self._latest_reply()
+        latest = self._latest(REPLY_PHASES)
         if latest is not None and self.continuation.continues(latest, s.onset_sample):
             return self._continue(latest, s.onset_sample)
         cmds: list[Command] = []
@@ -335,11 +319,11 @@ class TurnMachine:
         cmds.extend(self._begin(s.onset_sample, s.start_sample, spoken_over=self.audible))
         return cmds
 
-    def _begin(self, onset: int, start: int, *, spoken_over: int | None) -> list[Command]:
+    def _begin(self, onset: int, start: int, *, spoken_over: int | None, ptt: bool = False) -> list[Command]:
         cmds: list[Command] = [Seal(t.turn_id) for t in self._turns.values() if not t.sealed]
         for t in self._turns.values():
             t.sealed = True
-        t = TurnState(next(self._ids), spoken_over=spoken_over)
+        t = TurnState(next(self._ids), spoken_over=spoken_over, ptt=ptt)
         self._turns[t.turn_id] = t
         self.user = t.turn_id
         cmds.insert(0, BeginTurn(t.turn_id, onset, start, spoken_over))
@@ -362,9 +346,8 @@ class TurnMachine:
             cmds.append(Seal(t.turn_id))
         return cmds
 
-    def _latest_reply(self) -> TurnState | None:
-        replies = [t for t in self._turns.values() if t.phase in REPLY_PHASES]
-        return replies[-1] if replies else None
+    def _latest(self, phases: frozenset[Phase]) -> TurnState | None:
+        return next((t for t in reversed(self._turns.values()) if t.phase in phases), None)
 
     def _continue(self, t: TurnState, onset: int) -> list[Command]:
         if t.phase in HEARD_PHASES:
@@ -374,23 +357,14 @@ class TurnMachine:
         self.user = t.turn_id
         return [ContinueTurn(t.turn_id, onset)]
 
-    def _expire(self, now_ns: int, cmds: list[Command]) -> None:
-        """Seal the turns that can no longer be continued."""
-        pending = self.endpointer.pending_onset
-        for t in self._turns.values():
-            if self.continuation.expired(t, now_ns, pending):
-                t.sealed = True
-                cmds.append(Seal(t.turn_id))
-
     def _manual_frame(self, now_ns: int) -> list[Command]:
         """Manual detection: the frame is only counted; with no turn open one starts."""
         cmds: list[Command] = []
         start = self.endpointer.position
         self.endpointer.update(0.0)
         if self.user is None:
-            start = max(start, self._hold.input_from)
+            start = self._hold.manual(start)
             cmds.extend(self._begin(start, start, spoken_over=None))
-            self._hold.manual(self._time_of(start))
         self._held_max_turn(self._hold.manual_since_ns, now_ns, cmds)
         return cmds
 
