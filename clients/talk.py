@@ -32,8 +32,8 @@ from clients.audio_io import FRAME_MS, wire_rate
 from clients.talk_options import ServerFailedError, TalkOptions, add_arguments, options
 from clients.talkview import Line, Status, TurnView
 from voice_pipeline.audio import read_audio, resample, write_audio
+from voice_pipeline.cancellation import cancel_and_wait
 from voice_pipeline.connect import SessionDroppedError, close_text, close_text_of, open_session
-from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.wire.client_messages import Capabilities, PttEnd, PttStart, Start, Stop, pcm16_frame
 from voice_pipeline.wire.server_messages import (
     ErrorReported,

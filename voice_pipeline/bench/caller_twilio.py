@@ -27,8 +27,8 @@ from websockets.exceptions import ConnectionClosed
 
 from voice_pipeline.audio import to_int16
 from voice_pipeline.bench.tracker import VOICED_LEVEL, AudioCleared, ReplyAudio, WireEvent
+from voice_pipeline.cancellation import cancel_and_wait
 from voice_pipeline.connect import SessionRefusedError, close_text_of, connect
-from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.telephony import mulaw
 
 RATE_HZ = 8000

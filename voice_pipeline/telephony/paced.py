@@ -29,9 +29,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from voice_pipeline import events as ev
+from voice_pipeline.cancellation import cancel_and_wait
 from voice_pipeline.clock import now_ns
 from voice_pipeline.edge import Drained, drain_until
-from voice_pipeline.tasks import cancel_and_wait
 from voice_pipeline.telephony.pacing import Pacer, SendClear, SendFrame, SendMark, Sleep
 
 log = logging.getLogger(__name__)
