@@ -272,13 +272,9 @@ class ClauseChunker:
     def _phrase_starts_after(self, i: int, n: int, *, final: bool) -> bool | None:
         """True if the word after the whitespace at ``i`` is in PHRASE_STARTS; None if undecided."""
         s = self._buf
-        k = i
-        while k < n and s[k].isspace():
-            if s[k] == "\n":  # the line break ends the clause anyway
-                return False
-            k += 1
-        while k < n and s[k] in _OPENERS:
-            k += 1
+        k = self._next_word_start(i, n)
+        if k is None:  # the line break ends the clause anyway
+            return False
         end = k
         while end < n and (s[end].isalnum() or s[end] in _WORD_JOINERS):
             end += 1
@@ -309,11 +305,21 @@ class ClauseChunker:
         """True if the word after the whitespace at ``i`` starts with a digit: a number takes
         the LLM a token per digit or two and Piper several words to speak, so a first chunk
         that waited for it came late (``The moon is approximately`` + ``140,760,000 ...``)."""
+        k = self._next_word_start(i, n)
+        return k is not None and k < n and self._buf[k].isdigit()
+
+    def _next_word_start(self, i: int, n: int) -> int | None:
+        """Where the word after the whitespace at ``i`` starts, past any opening quotes or
+        brackets (``n``: it has not arrived yet); None if a line break comes first."""
         s = self._buf
         k = i
-        while k < n and (s[k].isspace() or s[k] in _OPENERS):
+        while k < n and s[k].isspace():
+            if s[k] == "\n":
+                return None
             k += 1
-        return k < n and s[k].isdigit()
+        while k < n and s[k] in _OPENERS:
+            k += 1
+        return k
 
     def _last_word(self, i: int) -> str:
         """The word that ends at ``i``, lower-case, without quotes or brackets."""
