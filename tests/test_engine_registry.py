@@ -21,6 +21,7 @@ from tts import build_tts
 from voice_pipeline.config import Config, TTSConfig
 from voice_pipeline.engine_registry import EngineRegistry
 from voice_pipeline.errors import ConfigError
+from voice_pipeline.models import ModelPaths, prepare_models
 from voice_pipeline.preflight import check_engines
 
 
@@ -106,3 +107,46 @@ async def test_an_engine_registered_from_outside_the_package_speaks_a_reply(chir
     finally:
         fakes.llm.release()
         await h.session.aclose()
+
+
+def prepare(cfg: Config, tmp_path: Path, *, voice: Path | None = None) -> tuple[ModelPaths, list[str]]:
+    """``voice-pipeline models`` for ``cfg`` (cache in ``tmp_path``) with every other model
+    given by path and a remote LLM, so nothing is copied or converted: its paths and lines."""
+    given = tmp_path / "given"
+    given.mkdir()
+    for name in ("vad.onnx", "turn.onnx"):
+        (given / name).touch()
+    (given / "asr").mkdir()
+    cfg = dataclasses.replace(
+        cfg,
+        vad=dataclasses.replace(cfg.vad, model_path=str(given / "vad.onnx")),
+        asr=dataclasses.replace(cfg.asr, model_path=str(given / "asr")),
+        llm=dataclasses.replace(cfg.llm, engine="remote"),
+        turn=dataclasses.replace(cfg.turn, model_path=str(given / "turn.onnx")),
+        tts=dataclasses.replace(cfg.tts, voice_path=None if voice is None else str(voice)),
+        models=dataclasses.replace(cfg.models, cache_dir=str(tmp_path / "cache")),
+    )
+    said: list[str] = []
+    return prepare_models(cfg, said.append), said
+
+
+def test_models_prepares_no_piper_voice_for_another_tts_engine(chirp: str, tmp_path: Path) -> None:
+    _, said = prepare(with_engine("tts", chirp), tmp_path)
+    assert said and not [line for line in said if line.startswith("tts")]
+    assert not (tmp_path / "cache" / "piper").exists()
+
+
+def test_another_tts_engine_gets_its_voice_path_unchecked(chirp: str, tmp_path: Path) -> None:
+    voice = tmp_path / "a chirp voice, not a Piper one"  # no file, no .json beside it
+    paths, said = prepare(with_engine("tts", chirp), tmp_path, voice=voice)
+    assert paths.tts == voice
+    assert not [line for line in said if line.startswith("tts")]
+
+
+def test_models_checks_the_piper_voice_for_piper(tmp_path: Path) -> None:
+    voice = tmp_path / "voice.onnx"
+    voice.touch()
+    Path(f"{voice}.json").touch()
+    paths, said = prepare(Config(), tmp_path, voice=voice)
+    assert f"tts: using configured {voice}" in said
+    assert paths.tts == voice

