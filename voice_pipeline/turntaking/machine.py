@@ -117,6 +117,16 @@ class TurnMachine:
         return heard[-1].turn_id if heard else None
 
     @property
+    def capturing(self) -> int | None:
+        """The turn whose utterance still takes the input (not sealed; at most one is not)."""
+        return next((t.turn_id for t in self._turns.values() if not t.sealed), None)
+
+    @property
+    def replying(self) -> list[int]:
+        """Turns whose reply task runs: in progress, or INTERRUPTED until :meth:`reply_finished`."""
+        return [t.turn_id for t in self._turns.values() if t.phase in (*REPLY_PHASES, Phase.INTERRUPTED)]
+
+    @property
     def live(self) -> list[int]:
         """Turns not DONE, oldest first."""
         return list(self._turns)
