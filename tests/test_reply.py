@@ -70,7 +70,7 @@ async def test_pause_flushes_and_returns_what_was_played() -> None:
     await speaker.add(ramp(0, 1000))
     clock.advance_ms(370)
     assert speaker.pause() == 370
-    assert speaker.paused
+    assert speaker.holding
     assert transport.clears(TURN) == [370]
     assert listener.cleared == 1
     assert speaker.sent == 370  # rewound to what the listener played
@@ -97,7 +97,7 @@ async def test_resume_resends_exactly_the_unplayed_remainder() -> None:
     await speaker.add(ramp(600, 400))
     clock.advance_ms(500)  # the user's backchannel
     await speaker.resume()
-    assert not speaker.paused
+    assert not speaker.holding
     assert np.array_equal(transport.audio[TURN][-1], ramp(250, 750))
     assert np.array_equal(listener.sent[-1], ramp(250, 750))
     clock.advance_ms(750)

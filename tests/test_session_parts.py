@@ -103,34 +103,42 @@ def _turn(turn_id: int, *, spoken_over: int | None = None, reply_text: str | Non
     return cast(Turn, fake)
 
 
+def _machine() -> Any:
+    """What OpenTurns reads of the machine, set by hand (the machine's own tests drive it)."""
+    return SimpleNamespace(user=None, capturing=None, replying=[])
+
+
 async def test_open_turns_idle_only_with_no_user_turn_and_no_reply() -> None:
-    turns = OpenTurns()
+    machine = _machine()
+    turns = OpenTurns(machine)
     assert not turns.busy
     first = _turn(1)
-    turns.add(first, capture=True)
+    turns.add(first)
+    machine.user = machine.capturing = 1  # the machine began turn 1
+    turns.settle()
     assert turns.busy and turns.capture is first
-    turns.seal(2)
-    assert turns.capture is first  # another turn's seal
-    turns.seal(1)
+    assert turns.capture is first  # another turn's seal (the machine's unsealed turn is still 1)
+    machine.capturing = None  # the machine sealed turn 1
     assert turns.capture is None
-    turns.reply_started(1)
-    turns.settle(user_turn=False)
+    machine.user, machine.replying = None, [1]  # turn 1 ended: its reply runs
+    turns.settle()
     assert turns.busy and turns.replies == 1 and not turns.llm_idle
-    turns.reply_over(1)
+    machine.user, machine.replying = 2, []  # the reply is over; the user speaks again
+    turns.settle()
     await turns.wait_no_reply()
-    turns.settle(user_turn=True)
     assert turns.busy  # the machine still has a user turn
     turns.remove(1)
-    turns.settle(user_turn=False)
+    machine.user = None
+    turns.settle()
     await turns.wait_idle()
     assert not turns.busy and len(turns) == 0
 
 
 def test_open_turns_said_over_is_the_text_of_the_reply_spoken_over() -> None:
-    turns = OpenTurns()
-    turns.add(_turn(1, reply_text="It is sunny today"), capture=False)
-    turns.add(_turn(2, spoken_over=1), capture=True)
-    turns.add(_turn(3), capture=False)
+    turns = OpenTurns(_machine())
+    turns.add(_turn(1, reply_text="It is sunny today"))
+    turns.add(_turn(2, spoken_over=1))
+    turns.add(_turn(3))
     assert turns.said_over(turns[2]) == "It is sunny today"
     assert turns.said_over(turns[3]) == ""
     assert [t.turn_id for t in turns] == [1, 2, 3]

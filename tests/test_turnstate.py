@@ -886,3 +886,29 @@ def test_transcribed_returns_its_verdict_among_its_commands() -> None:
         silent.apply(step)
     nothing = silent.m.transcribed(1, "")
     assert nothing.verdict == Dismiss(1, None) and nothing.commands == (nothing.verdict,)
+
+
+def test_the_machine_answers_what_the_runtime_kept_a_copy_of() -> None:
+    """Which turn takes the input and which replies run: the machine's answers equal the
+    bookkeeping the runtime kept from its commands before it asked the machine."""
+    for case in CASES:
+        d = Driver(case.make())
+        capture: int | None = None
+        replying: set[int] = set()
+        for i, (step, _, _) in enumerate(case.script):
+            for c in d.apply(step):
+                match c:
+                    case BeginTurn(turn_id=tid):
+                        capture = tid
+                    case ContinueTurn(turn_id=tid):
+                        capture = tid
+                        replying.discard(tid)
+                    case Seal(turn_id=tid) | DropTurn(turn_id=tid) if capture == tid:
+                        capture = None
+                    case StartReply(turn_id=tid):
+                        replying.add(tid)
+            if isinstance(step, Finished):
+                replying.discard(step.turn)
+            where = f"{case.name} step {i} {step}"
+            assert d.m.capturing == capture, where
+            assert d.m.replying == sorted(replying), where

@@ -1,25 +1,37 @@
-"""The turns of one session not over yet, and whether the session is idle.
+"""The turns of one session not over yet, and the signals a driver waits on.
 
-:class:`OpenTurns` is the session's bookkeeping of its :class:`~voice_pipeline.conversation.turn.Turn` s,
-from the machine's ``BeginTurn`` or ``BeginReply`` until the turn is finished or dropped:
-which turn's utterance gets the input (``capture``), which turns have a reply task
-running, and the two signals a driver waits on (idle: no user turn and no reply; no
-reply). It decides nothing: the session sets it as it carries out the machine's commands.
+:class:`OpenTurns` holds the session's :class:`~voice_pipeline.conversation.turn.Turn` s, from
+the machine's ``BeginTurn`` or ``BeginReply`` until the turn is finished or dropped. It
+keeps no turn state of its own: which turn's utterance gets the input, which turns have a
+reply running and whether the user has a turn, it asks the machine (:class:`TurnView`).
+What it owns are the two asyncio signals a driver waits on (idle: no user turn and no
+reply; no reply), set from the machine's answers by :meth:`OpenTurns.settle`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Protocol
 
 from voice_pipeline.conversation.turn import Turn
 
 
+class TurnView(Protocol):
+    """What the runtime reads of :class:`~voice_pipeline.turntaking.machine.TurnMachine`."""
+
+    @property
+    def user(self) -> int | None: ...
+    @property
+    def capturing(self) -> int | None: ...
+    @property
+    def replying(self) -> list[int]: ...
+
+
 class OpenTurns:
-    def __init__(self) -> None:
+    def __init__(self, machine: TurnView) -> None:
+        self._machine = machine
         self._turns: dict[int, Turn] = {}
-        self.capture: Turn | None = None  # the turn whose utterance gets the input
-        self._replying: set[int] = set()
         self._idle = asyncio.Event()  # no user turn and no reply in progress
         self._idle.set()
         self._no_reply = asyncio.Event()
@@ -37,24 +49,14 @@ class OpenTurns:
     def get(self, turn_id: int | None) -> Turn | None:
         return self._turns.get(turn_id) if turn_id is not None else None
 
-    # ------------------------------------------------------------ a turn's course
+    @property
+    def capture(self) -> Turn | None:
+        """The turn whose utterance gets the input (the machine's unsealed turn)."""
+        return self.get(self._machine.capturing)
 
-    def add(self, turn: Turn, *, capture: bool) -> None:
-        """A turn began (``capture``: the user's, its utterance gets the input from now on)."""
+    def add(self, turn: Turn) -> None:
+        """A turn began."""
         self._turns[turn.turn_id] = turn
-        if capture:
-            self.capture = turn
-        self._idle.clear()
-
-    def listen(self, turn: Turn) -> None:
-        """The user went on with ``turn``: its utterance gets the input again."""
-        self.capture = turn
-        self._idle.clear()
-
-    def seal(self, turn_id: int) -> None:
-        """Turn ``turn_id``'s utterance gets no more input."""
-        if self.capture is not None and self.capture.turn_id == turn_id:
-            self.capture = None
 
     def remove(self, turn_id: int) -> None:
         """The turn is over (finished or dropped)."""
@@ -62,24 +64,15 @@ class OpenTurns:
 
     # ------------------------------------------------------------ replies
 
-    def reply_started(self, turn_id: int) -> None:
-        self._replying.add(turn_id)
-        self._no_reply.clear()
-
-    def reply_over(self, turn_id: int) -> None:
-        self._replying.discard(turn_id)
-        if not self._replying:
-            self._no_reply.set()
-
     @property
     def replies(self) -> int:
         """Reply tasks running."""
-        return len(self._replying)
+        return len(self._machine.replying)
 
     @property
     def llm_idle(self) -> bool:
         """No reply and no speculative LLM request is running."""
-        return not self._replying and not any(t.utterance.prefetching for t in self._turns.values())
+        return not self._machine.replying and not any(t.utterance.prefetching for t in self._turns.values())
 
     def said_over(self, turn: Turn) -> str:
         """What the reply ``turn`` was spoken over had said (by the time its words came)."""
@@ -93,10 +86,11 @@ class OpenTurns:
 
     # ------------------------------------------------------------ idle
 
-    def settle(self, *, user_turn: bool) -> None:
-        """Idle now if there is no user turn (``user_turn``: the machine has one) and no reply."""
-        if not user_turn and not self._replying:
-            self._idle.set()
+    def settle(self) -> None:
+        """Signal what the machine says now (after each batch of its commands is carried out)."""
+        replying = bool(self._machine.replying)
+        _signal(self._no_reply, not replying)
+        _signal(self._idle, not replying and self._machine.user is None)
 
     @property
     def busy(self) -> bool:
@@ -107,3 +101,10 @@ class OpenTurns:
 
     async def wait_no_reply(self) -> None:
         await self._no_reply.wait()
+
+
+def _signal(event: asyncio.Event, on: bool) -> None:
+    if on:
+        event.set()
+    else:
+        event.clear()

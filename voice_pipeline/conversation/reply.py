@@ -386,6 +386,6 @@ class Reply:
             self.clauses.append(SpokenClause(clause, len(pcm)))
             self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), clause, len(pcm)))
             await self.speaker.add(pcm)
-            if not self.speaker.paused:
+            if not self.speaker.holding:
                 self._mark(Mark.FIRST_AUDIO_SENT, self._clock())
         self._mark(Mark.LAST_AUDIO_SENT, self._clock())

@@ -91,7 +91,6 @@ class Session:
         self.rate_hz = cfg.audio.pipeline_rate_hz
         self._tasks = SessionTasks()
         spawn = self._tasks.spawn
-        self._turns = OpenTurns()
         self._listener = Listener(engines.vad, cfg.barge_in, self.rate_hz, clock)
         self._input, self._echo = self._listener.input, self._listener.echo
         self._phrases = Phrases(engines.tts, transport.output_rate_hz)
@@ -107,6 +106,7 @@ class Session:
             policy=self._policy(cfg),
             prefetch=cfg.dialogue.speculative_start and not cfg.dialogue.tools,  # README "Tools"
         )
+        self._turns = OpenTurns(self._machine)
         self._history = History(cfg.dialogue.system_prompt, cfg.dialogue.history_max_tokens)
         self._context: Context = context or self._history
         tools = None if context is not None else ToolBox.of(cfg.dialogue, spawn, self._history.resolve)
@@ -156,8 +156,9 @@ class Session:
         if not self._phrases_prepared:
             self._prepare_phrases()
         samples = self._listener.record(samples, self._clock() if t_ns is None else t_ns)
-        if self._turns.capture is not None:
-            self._turns.capture.utterance.append(samples)
+        capture = self._turns.capture
+        if capture is not None:
+            capture.utterance.append(samples)
         for f in self._listener.frames(samples, self._cfg.vad.neg_threshold):
             now = self._clock()
             self._execute(
@@ -228,20 +229,16 @@ class Session:
         for cmd in cmds:
             match cmd:
                 case te.BeginTurn(turn_id=tid, onset_sample=onset, start_sample=start, spoken_over=over):
-                    turn = Turn(tid, self.ledger.new_turn(tid), self._ctx, spoken_over=over)
-                    turns.add(turn, capture=True)
+                    turn = self._new_turn(tid, spoken_over=over)
                     turn.begin(self._input.time_of(onset), start, self._input.since(start))
                     self._warm()
                 case te.BeginReply(turn_id=tid):
-                    turn = Turn(tid, self.ledger.new_turn(tid), self._ctx, spoken_over=None)
+                    turn = self._new_turn(tid, spoken_over=None)
                     turn.request = self._requests.pop(tid)
                     turn.user_text = turn.request.user_text
-                    turns.add(turn, capture=False)
                 case te.DropTurn(turn_id=tid):
                     self._drop(turns[tid])
                 case te.ContinueTurn(turn_id=tid):
-                    turns.reply_over(tid)
-                    turns.listen(turns[tid])
                     turns[tid].continue_()
                 case te.Speculate(turn_id=tid, speech_end_sample=end):
                     turns[tid].utterance.speculate(end)
@@ -262,10 +259,16 @@ class Session:
                     turns[tid].resume_reply(kind)
                 case te.CancelReply(turn_id=tid, reason=reason, barge_in=barge_in):
                     turns[tid].cancel_reply(reason, barge_in=barge_in)
-                case te.Seal(turn_id=tid):
-                    turns.seal(tid)
-                case te.Answer() | te.Keep() | te.Dismiss():
-                    pass  # read by the reply task that asked (see _answer)
+                case te.Answer() | te.Keep() | te.Dismiss() | te.Seal():
+                    pass  # a verdict is read by the reply task that asked (see _answer); a
+                    # sealed turn's utterance gets no more input (OpenTurns.capture asks the machine)
+        turns.settle()
+
+    def _new_turn(self, turn_id: int, *, spoken_over: int | None) -> Turn:
+        phase = functools.partial(self._machine.phase, turn_id)  # the turn's state: the machine's
+        turn = Turn(turn_id, self.ledger.new_turn(turn_id), self._ctx, spoken_over=spoken_over, phase=phase)
+        self._turns.add(turn)
+        return turn
 
     def _warm(self, committed: str = "") -> None:
         """Keep the next request's known start in the LLM's prefix cache (:mod:`.warmer`):
@@ -275,7 +278,6 @@ class Session:
     # ------------------------------------------------------------ the reply
 
     def _start_reply(self, turn: Turn) -> None:
-        self._turns.reply_started(turn.turn_id)
         epoch = turn.epoch
         turn.reply_task = self._tasks.spawn(self._reply_turn(turn, epoch), f"reply-{turn.turn_id}")
         turn.reply_task.add_done_callback(functools.partial(self._reply_done, turn, epoch))
@@ -324,14 +326,12 @@ class Session:
     def _finish(self, turn: Turn) -> TurnRecord:
         record = turn.finish(self._context)
         self.ledger.add(record)
-        self._execute(self._machine.reply_finished(turn.turn_id))
-        self._turns.reply_over(turn.turn_id)
-        if record.assistant_text and not turn.interrupted and turn.failed is None:
+        self._execute(self._machine.reply_finished(turn.turn_id))  # the machine forgets the turn
+        if record.assistant_text and not record.interrupted and turn.failed is None:
             self._warmer.served()  # the reply's own generation cached it
         self._warm()
         self._turns.remove(turn.turn_id)
         self._tasks.spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
-        self._turns.settle(user_turn=self._machine.user is not None)
         self._transport.emit(ev.TurnCompleted(turn.turn_id, self._clock(), record))
         return record
 
@@ -339,9 +339,7 @@ class Session:
         """The user's turn was abandoned before it ended: nothing of it is kept."""
         self._turns.remove(turn.turn_id)
         turn.drop()
-        self._turns.seal(turn.turn_id)
         self._tasks.spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
-        self._turns.settle(user_turn=self._machine.user is not None)
 
     def _prepare_phrases(self) -> None:
         """Synthesize the filler in the background, so it costs nothing when it is needed.

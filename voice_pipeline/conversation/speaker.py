@@ -39,11 +39,16 @@ class ReplySpeaker:
         self._audio: list[NDArray[np.int16]] = []
         self.total = 0  # samples synthesized
         self.sent = 0  # samples handed to the transport (rewound to what was played on pause)
-        self.paused = False
         self._pauses = 0  # pauses so far: a drain that saw one must wait for the re-sent rest
         self._running = asyncio.Event()  # set while not paused
         self._running.set()
         self._shown = False
+
+    @property
+    def holding(self) -> bool:
+        """Audio is held back now: flushed by :meth:`pause` until :meth:`resume` (the sender's
+        own state, not the turn's: it lags the machine's PAUSED, which a resume leaves at once)."""
+        return not self._running.is_set()
 
     @property
     def started(self) -> bool:
@@ -69,7 +74,7 @@ class ReplySpeaker:
         return min(max(0, self._transport.played_samples(self.turn_id) - self._played_base), self.total)
 
     async def _send_pending(self) -> None:
-        while not self.paused and self.sent < self.total:
+        while not self.holding and self.sent < self.total:
             pcm = self._slice(self.sent, self.total)
             self.sent = self.total
             await self._transport.play(self.turn_id, pcm)
@@ -82,7 +87,6 @@ class ReplySpeaker:
 
     def pause(self) -> int:
         """Stop sending and flush the listener's buffer now; return samples played."""
-        self.paused = True
         self._pauses += 1
         self._running.clear()
         self._transport.clear(self.turn_id)
@@ -92,7 +96,6 @@ class ReplySpeaker:
         return played
 
     async def resume(self) -> None:
-        self.paused = False
         self._running.set()
         await self._send_pending()
 
@@ -103,5 +106,5 @@ class ReplySpeaker:
             await self._send_pending()
             pauses = self._pauses
             await self._transport.drain(self.turn_id)
-            if pauses == self._pauses and not self.paused and self.sent >= self.total:
+            if pauses == self._pauses and not self.holding and self.sent >= self.total:
                 return

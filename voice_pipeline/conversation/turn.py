@@ -42,6 +42,7 @@ from voice_pipeline.transport import Transport
 from voice_pipeline.turntaking.bargein import InterruptionKind
 from voice_pipeline.turntaking.echo import EchoGate
 from voice_pipeline.turntaking.messages import CancelReason, EvidenceFound
+from voice_pipeline.turntaking.phases import Phase
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,17 @@ class TurnContext:
 
 class Turn:
     def __init__(
-        self, turn_id: int, ledger: TurnLedger, ctx: TurnContext, *, spoken_over: int | None
+        self,
+        turn_id: int,
+        ledger: TurnLedger,
+        ctx: TurnContext,
+        *,
+        spoken_over: int | None,
+        phase: Callable[[], Phase],
     ) -> None:
+        """``phase()``: the machine's phase of this turn (its state is the machine's alone)."""
         self.turn_id = turn_id
+        self._phase = phase
         self.ledger = ledger
         self.spoken_over = spoken_over  # the reply this utterance was spoken over
         self._ctx = ctx
@@ -98,9 +107,19 @@ class Turn:
         self.user_text = ""
         #: a reply asked for directly (``Session.respond``): what it is asked with
         self.request: ReplyRequest | None = None
-        self.interrupted = False
-        self.failed: str | None = None  # the stage that failed
-        self.done = False
+        #: the stage that failed (the runtime's fact: the machine is told only that the reply ended)
+        self.failed: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """The turn is over (finished or dropped): the machine has forgotten it."""
+        return self._phase() is Phase.DONE
+
+    @property
+    def interrupted(self) -> bool:
+        """The reply was cancelled (by a barge-in or the client); asked before the session
+        tells the machine the turn is finished (after that, its record keeps it)."""
+        return self._phase() is Phase.INTERRUPTED
 
     @property
     def winding_down(self) -> bool:
@@ -160,7 +179,6 @@ class Turn:
 
     def drop(self) -> None:
         """The user's turn is abandoned before it ended (the client cleared its input)."""
-        self.done = True
         self.utterance.drop()
 
     async def final_transcript(self) -> FinalTranscript:
@@ -287,9 +305,8 @@ class Turn:
             self.mark(Mark.BARGE_IN_CONFIRMED, ctx.clock())
         if reason.false_interruption:  # not resumed
             self.ledger.false_interruptions += 1
-        if self.done or self.interrupted or self.reply_task is None:
+        if self.reply_task is None:  # the machine cancels only a reply in progress, and once
             return
-        self.interrupted = True
         ctx.transport.clear(self.turn_id)
         ctx.echo.cleared(self.turn_id, ctx.clock())
         ctx.transport.emit(ev.ReplyInterrupted(self.turn_id, ctx.clock(), reason))
@@ -316,13 +333,14 @@ class Turn:
 
     def finish(self, context: Context) -> TurnRecord:
         """The turn is over: its record. What of it the history admits (the user's words and
-        what the listener heard of the reply) is remembered in ``context``."""
-        self.done = True
+        what the listener heard of the reply) is remembered in ``context``. Called before the
+        machine is told the turn is over (it then forgets it): the outcome is read here."""
+        interrupted = self.interrupted
         self.mark(Mark.TURN_END, self._ctx.clock())
         reply = self.reply
         self.ledger.speculation = self.utterance.speculation.record()
         played = reply.speaker.played() if reply else 0
-        heard = reply.heard(played, self.interrupted) if reply else ""
+        heard = reply.heard(played, interrupted) if reply else ""
         if reply is not None:
             self.ledger.llm_tokens = reply.llm_tokens
             self.ledger.audio_synthesized_s = reply.audio_synthesized_s
@@ -333,11 +351,11 @@ class Turn:
             user_text=self.user_text,
             assistant_text=reply.text.strip() if reply else "",
             heard_text=heard,
-            interrupted=self.interrupted,
+            interrupted=interrupted,
             audio_heard_s=played / self._ctx.transport.output_rate_hz,
         )
         asked, failed = self.request is None or self.request.remember, self.failed is not None
         if admits(self.user_text, asked=asked, interruption=record.interruption, failed=failed, heard=heard):
-            cut, tools = self.interrupted or failed, self.tool_messages()
+            cut, tools = interrupted or failed, self.tool_messages()
             remember(context, self.user_text, heard, cut=cut, tools=tools)
         return record

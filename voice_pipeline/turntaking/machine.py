@@ -108,6 +108,16 @@ class TurnMachine:
         return None if t is None else t.turn_id
 
     @property
+    def capturing(self) -> int | None:
+        """The turn whose utterance still takes the input (not sealed; at most one is not)."""
+        return next((t.turn_id for t in self._turns.values() if not t.sealed), None)
+
+    @property
+    def replying(self) -> list[int]:
+        """Turns whose reply task runs: in progress, or INTERRUPTED until :meth:`reply_finished`."""
+        return [t.turn_id for t in self._turns.values() if t.phase in (*REPLY_PHASES, Phase.INTERRUPTED)]
+
+    @property
     def live(self) -> list[int]:
         """Turns not DONE, oldest first."""
         return list(self._turns)
