@@ -17,6 +17,7 @@ from collections.abc import Callable
 from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
 from vad.endpointer import EndOfTurn, EndpointAction, Endpointer, PauseStarted, SpeechResumed, SpeechStarted
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
+from voice_pipeline.turntaking import messages as cmd
 from voice_pipeline.turntaking.bargein import (
     BargeInTracker,
     ConfirmInterruption,
@@ -29,24 +30,10 @@ from voice_pipeline.turntaking.bargein import (
 from voice_pipeline.turntaking.ending import Continuation
 from voice_pipeline.turntaking.hold import Hold
 from voice_pipeline.turntaking.messages import (
-    BeginReply,
-    BeginTurn,
     CancelReason,
-    CancelReply,
     Command,
-    ContinueTurn,
     Detection,
-    Dismiss,
-    DropTurn,
-    EndTurn,
     EvidenceFound,
-    PauseReply,
-    Prefetch,
-    ResumeReply,
-    Seal,
-    Speculate,
-    StartReply,
-    StopSpeculating,
     Transcribed,
     TurnOptions,
 )
@@ -140,7 +127,7 @@ class TurnMachine:
         for t in self._turns.values():  # seal the turns that can no longer be continued
             if self.continuation.expired(t, now_ns, pending):
                 t.sealed = True
-                cmds.append(Seal(t.turn_id))
+                cmds.append(cmd.Seal(t.turn_id))
         return cmds
 
     def evidence(self, found: EvidenceFound) -> list[Command]:
@@ -151,7 +138,7 @@ class TurnMachine:
         cmds: list[Command] = []
         prefetch = self._prefetch and self._options.auto_reply and t.spoken_over is None
         if found.cue not in (None, Cue.INCOMPLETE) and prefetch:  # not with no reply to come
-            cmds.append(Prefetch(t.turn_id))
+            cmds.append(cmd.Prefetch(t.turn_id))
         for step in self.endpointer.evidence(
             found.speech_end_sample, cue=found.cue, p_complete=found.p_complete, no_sound=found.no_sound
         ):
@@ -175,7 +162,7 @@ class TurnMachine:
             ok = kind is InterruptionKind.WORDS
             before = self._confirm(over, CancelReason.WORDS) if ok else self._false_interruption(over, kind)
         answer = text and kind in (None, InterruptionKind.WORDS)
-        verdict = self._options.verdict(turn_id, kind) if answer else Dismiss(turn_id, kind)
+        verdict = self._options.verdict(turn_id, kind) if answer else cmd.Dismiss(turn_id, kind)
         return Transcribed((*before, verdict), verdict)
 
     def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
@@ -192,7 +179,7 @@ class TurnMachine:
             return []
         self._move(t, Step.FINISH)
         del self._turns[turn_id]
-        return [] if t.sealed else [Seal(turn_id)]
+        return [] if t.sealed else [cmd.Seal(turn_id)]
 
     def interrupt(self, now_ns: int) -> list[Command]:
         """Explicit interrupt: every reply in progress stops now, without waiting for the VAD."""
@@ -216,7 +203,7 @@ class TurnMachine:
         t.ptt = True
         if t.phase is Phase.MAYBE_FINISHED:
             self._move(t, Step.RESUME)
-            cmds.append(StopSpeculating(t.turn_id))
+            cmds.append(cmd.StopSpeculating(t.turn_id))
         return cmds
 
     def ptt_released(self, position: int) -> list[Command]:
@@ -247,14 +234,14 @@ class TurnMachine:
         self._move(t, Step.DROP)
         self.user = None
         self.endpointer.abandon()
-        return [DropTurn(t.turn_id)]
+        return [cmd.DropTurn(t.turn_id)]
 
     def respond(self) -> list[Command]:
         """A reply asked for with no user speech (a realtime ``response.create``): its turn
         starts REPLYING, sealed (nothing continues it); speech over it is a barge-in."""
         t = TurnState(next(self._ids), phase=Phase.REPLYING, sealed=True)
         self._turns[t.turn_id] = t
-        return [BeginReply(t.turn_id), StartReply(t.turn_id)]
+        return [cmd.BeginReply(t.turn_id), cmd.StartReply(t.turn_id)]
 
     def cancel(self, turn_id: int) -> list[Command]:
         """The client cancelled this turn's reply (a realtime ``response.cancel``)."""
@@ -312,10 +299,10 @@ class TurnMachine:
                 cmds.extend(self._speech_started(step))
             case PauseStarted(speech_end_sample=end) if user is not None and user.phase is Phase.LISTENING:
                 self._move(user, Step.PAUSE)
-                cmds.append(Speculate(user.turn_id, end))
+                cmds.append(cmd.Speculate(user.turn_id, end))
             case SpeechResumed() if user is not None and user.phase is Phase.MAYBE_FINISHED:
                 self._move(user, Step.RESUME)
-                cmds.append(StopSpeculating(user.turn_id))
+                cmds.append(cmd.StopSpeculating(user.turn_id))
             case EndOfTurn() if user is not None:
                 cmds.extend(self._end(step))
 
@@ -330,13 +317,13 @@ class TurnMachine:
         return cmds
 
     def _begin(self, onset: int, start: int, *, spoken_over: int | None, ptt: bool = False) -> list[Command]:
-        cmds: list[Command] = [Seal(t.turn_id) for t in self._turns.values() if not t.sealed]
+        cmds: list[Command] = [cmd.Seal(t.turn_id) for t in self._turns.values() if not t.sealed]
         for t in self._turns.values():
             t.sealed = True
         t = TurnState(next(self._ids), spoken_over=spoken_over, ptt=ptt)
         self._turns[t.turn_id] = t
         self.user = t.turn_id
-        cmds.insert(0, BeginTurn(t.turn_id, onset, start, spoken_over))
+        cmds.insert(0, cmd.BeginTurn(t.turn_id, onset, start, spoken_over))
         return cmds
 
     def _end(self, end: EndOfTurn) -> list[Command]:
@@ -345,15 +332,15 @@ class TurnMachine:
         self.user = None
         self._move(t, Step.END)
         t.ended_by, t.speech_end_sample = end.rule, end.speech_end_sample
-        cmds: list[Command] = [EndTurn(t.turn_id, end)]
+        cmds: list[Command] = [cmd.EndTurn(t.turn_id, end)]
         if not self._barge_in.enabled:  # no barge-in: the new turn supersedes what is playing
             for old in list(self._turns.values()):
                 if old is not t and old.phase in REPLY_PHASES:
                     cmds.extend(self._cancel(old, CancelReason.SUPERSEDED))
-        cmds.append(StartReply(t.turn_id))
+        cmds.append(cmd.StartReply(t.turn_id))
         if end.rule in (Rule.MAX_TURN, Rule.COMMIT) or t.ptt:
             t.sealed = True
-            cmds.append(Seal(t.turn_id))
+            cmds.append(cmd.Seal(t.turn_id))
         return cmds
 
     def _latest(self, phases: frozenset[Phase]) -> TurnState | None:
@@ -365,7 +352,7 @@ class TurnMachine:
         self._move(t, Step.CONTINUE)
         t.ended_by, t.audible_ns = None, None
         self.user = t.turn_id
-        return [ContinueTurn(t.turn_id, onset)]
+        return [cmd.ContinueTurn(t.turn_id, onset)]
 
     def _manual_frame(self, now_ns: int) -> list[Command]:
         """Manual detection: the frame is only counted; with no turn open one starts."""
@@ -388,7 +375,7 @@ class TurnMachine:
         if t.phase is not Phase.AUDIBLE:
             return []
         self._move(t, Step.BARGE)
-        return [PauseReply(t.turn_id, onset_ns)]
+        return [cmd.PauseReply(t.turn_id, onset_ns)]
 
     def _confirm(self, t: TurnState, reason: CancelReason) -> list[Command]:
         self.tracker.resolved()
@@ -398,7 +385,7 @@ class TurnMachine:
         if t.phase not in REPLY_PHASES:
             return []
         self._move(t, Step.CANCEL)
-        return [CancelReply(t.turn_id, reason, barge_in)]
+        return [cmd.CancelReply(t.turn_id, reason, barge_in)]
 
     def _false_interruption(self, t: TurnState, kind: InterruptionKind) -> list[Command]:
         self.tracker.resolved()
@@ -407,4 +394,4 @@ class TurnMachine:
         if not self._barge_in.resume_after_false_interruption:
             return self._cancel(t, CancelReason.stopped_by(kind))
         self._move(t, Step.RESUME_REPLY)
-        return [ResumeReply(t.turn_id, kind)]
+        return [cmd.ResumeReply(t.turn_id, kind)]
