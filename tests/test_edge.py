@@ -22,7 +22,7 @@ from voice_pipeline.edge import (
     NO_METRICS,
     DrainDeadline,
     Drained,
-    InputAudio,
+    PeerAudio,
     SessionLimit,
     SessionScope,
     drain_until,
@@ -96,7 +96,7 @@ async def test_drain_until_returns_once_played_or_closed() -> None:
 
 
 class PushLog:
-    """The part of a session InputAudio pushes into."""
+    """The part of a session PeerAudio pushes into."""
 
     def __init__(self) -> None:
         self.pushed: list[tuple[int, int]] = []  # (samples, t_ns)
@@ -111,14 +111,14 @@ def pcm(seconds: float, rate_hz: int) -> np.ndarray:
 
 
 def test_input_at_the_pipeline_rate_is_only_converted() -> None:
-    audio = InputAudio(16000)
+    audio = PeerAudio(16000)
     x = pcm(0.1, 16000)
     out = audio.convert(x, 16000)
     assert out.dtype == np.float32 and np.allclose(out, x / 32768.0)
 
 
 def test_each_input_rate_keeps_its_own_resampler_across_chunks() -> None:
-    audio = InputAudio(16000)
+    audio = PeerAudio(16000)
     got = {8000: 0, 48000: 0}
     for _ in range(50):  # 1 s of each, in 20 ms chunks, interleaved (a rate change mid-call)
         for rate in got:
@@ -129,7 +129,7 @@ def test_each_input_rate_keeps_its_own_resampler_across_chunks() -> None:
 
 async def test_input_is_stamped_with_when_it_arrived() -> None:
     clock = FakeClock()
-    audio = InputAudio(16000, clock=clock)
+    audio = PeerAudio(16000, clock=clock)
     log = PushLog()
     await audio.push(log, pcm(0.02, 16000), 16000)  # type: ignore[arg-type]
     clock.advance(5_000_000)
