@@ -33,16 +33,17 @@ from voice_pipeline.realtime.server_events import (
     ServerEvent,
     TurnLatencyMeasured,
 )
-from voice_pipeline.realtime.session_config import initial_config
+from voice_pipeline.realtime.session_config import SessionBase, initial_config
 from voice_pipeline.realtime.session_parse import parse_session
 from voice_pipeline.turntaking.messages import Detection, TurnOptions
 
 CFG = Config()
+BASE = SessionBase.of(CFG)
 T = 1_000_000_000  # any monotonic time: the bridge does not read clocks
 
 
 def bridge(**session: Any) -> RealtimeBridge:
-    b = RealtimeBridge(PROFILE, CFG, Ids("t"), origin_ns=0)
+    b = RealtimeBridge(PROFILE, BASE, Ids("t"), origin_ns=0)
     if session:
         b.update(parse_session({"type": "realtime", **session}))
     return b
@@ -454,7 +455,7 @@ def test_a_new_session_behaves_as_the_server_is_set_up() -> None:
     from voice_pipeline.realtime.session_config import profile_from_config
 
     profile = profile_from_config(CFG, model="m", voice="joe", tools_supported=False)
-    s = steering(initial_config(profile), CFG)
+    s = steering(initial_config(profile), BASE)
     assert (s.vad, s.turn, s.barge_in) == (CFG.vad, CFG.turn, CFG.barge_in)
     assert s.options == TurnOptions() and s.reply == ReplyOptions()
 

@@ -50,11 +50,12 @@ from voice_pipeline.realtime.server_events import (
     ServerEvent,
     TurnLatencyMeasured,
 )
-from voice_pipeline.realtime.session_config import ServerProfile
+from voice_pipeline.realtime.session_config import ServerProfile, SessionBase
 from voice_pipeline.realtime.session_parse import parse_session
 from voice_pipeline.realtime.tools import ToolChoiceFunction, ToolChoiceMode
 
 CFG = Config()
+BASE = SessionBase.of(CFG)
 T = 1_000_000_000
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = {
@@ -68,7 +69,7 @@ NAMED = {"type": "function", "name": "get_weather"}
 
 
 def bridge(profile: ServerProfile = PROFILE, **session: Any) -> RealtimeBridge:
-    b = RealtimeBridge(profile, CFG, Ids("t"), origin_ns=0)
+    b = RealtimeBridge(profile, BASE, Ids("t"), origin_ns=0)
     b.update(parse_session({"type": "realtime", "output_modalities": ["text"], **session}))
     return b
 
@@ -402,7 +403,7 @@ def test_a_voice_turn_is_offered_the_session_s_tools() -> None:
     ids=["default auto", "default required", "default named", "default none", "tool model auto"],
 )
 def test_a_response_s_own_tools(profile: ServerProfile, choice: Any, refused: bool) -> None:
-    b = RealtimeBridge(profile, CFG, Ids("t"), origin_ns=0)
+    b = RealtimeBridge(profile, BASE, Ids("t"), origin_ns=0)
     tools = parse_session({"type": "realtime", "tools": [WEATHER], "tool_choice": "none"}).tools
     assert isinstance(tools, tuple)
     params = ResponseParams(tools=tools, tool_choice=choice)

@@ -18,6 +18,7 @@ from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.realtime.bridge import RealtimeBridge
 from voice_pipeline.realtime.event_json import ServerEventEncoder
 from voice_pipeline.realtime.ids import Ids
+from voice_pipeline.realtime.session_config import SessionBase
 from voice_pipeline.realtime.transport import RealtimeTransport
 
 T = 1_000_000_000
@@ -27,7 +28,7 @@ def make(clock: Clock) -> tuple[RealtimeTransport, Outbound, FakeSocket]:
     ws = FakeSocket()
     out = Outbound(ws, max_events=256, max_audio_samples=24000 * 10, clock=clock)
     ids = Ids("t")
-    bridge = RealtimeBridge(PROFILE, Config(), ids, origin_ns=0)
+    bridge = RealtimeBridge(PROFILE, SessionBase.of(Config()), ids, origin_ns=0)
     transport = RealtimeTransport(out, bridge, ServerEventEncoder(ids), drain_grace_s=0.5, clock=clock)
     out.on_audio_sent = transport.audio_sent
     return transport, out, ws

@@ -16,7 +16,8 @@ from llm.base import ChatMessage, LLMDelta
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, BudgetConfig, Config
 from voice_pipeline.conversation.phrases import Phrases
-from voice_pipeline.conversation.reply import Reply, ReplyDeps, ReplySpeaker
+from voice_pipeline.conversation.reply import Reply, ReplySpeaker
+from voice_pipeline.conversation.wiring import reply_deps
 from voice_pipeline.engines import Engines
 from voice_pipeline.ledger.ledger import Mark, TurnLedger
 from voice_pipeline.runner import FileTransport, MediaClock
@@ -36,7 +37,7 @@ def _reply(engines: Engines, cfg: Config, ledger: TurnLedger) -> Reply:
         return None
 
     phrases = Phrases(engines.tts, transport.output_rate_hz)
-    deps = ReplyDeps.of(engines, cfg, transport, now_ns, sleep_until, phrases)
+    deps = reply_deps(engines, cfg, transport, now_ns, sleep_until, phrases)
     return Reply(1, deps, speaker, ledger.mark, ledger.compute)
 
 

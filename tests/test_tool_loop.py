@@ -22,7 +22,8 @@ from voice_pipeline.clock import now_ns
 from voice_pipeline.config import BudgetConfig, Config
 from voice_pipeline.conversation.history import History
 from voice_pipeline.conversation.phrases import Phrases
-from voice_pipeline.conversation.reply import Reply, ReplyDeps, ReplyOptions, ReplySpeaker
+from voice_pipeline.conversation.reply import Reply, ReplyOptions, ReplySpeaker
+from voice_pipeline.conversation.wiring import reply_deps
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger.ledger import Mark, TurnLedger
@@ -97,7 +98,7 @@ def _reply(
 
     box = ToolBox.of(cfg.dialogue, scope.spawn, lambda cid, out: scope.late.append((cid, out)))
     phrases = Phrases(engines.tts, transport.output_rate_hz)
-    deps = ReplyDeps.of(engines, cfg, transport, now_ns, sleep_until, phrases, box)
+    deps = reply_deps(engines, cfg, transport, now_ns, sleep_until, phrases, box)
     led = TurnLedger(1, BudgetConfig())
     return Reply(1, deps, speaker, led.mark, led.compute), led
 

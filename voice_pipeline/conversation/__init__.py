@@ -4,7 +4,8 @@
 listener and executes the commands of :mod:`voice_pipeline.turntaking`; its input side
 is :mod:`~voice_pipeline.conversation.listening` (VAD, echo check), the turns it has
 open :mod:`~voice_pipeline.conversation.open_turns`, the owner of its tasks
-:mod:`~voice_pipeline.conversation.tasks`.
+:mod:`~voice_pipeline.conversation.tasks`. The session alone holds the whole config and
+engines; :mod:`~voice_pipeline.conversation.wiring` cuts out what each part below receives.
 A :mod:`~voice_pipeline.conversation.turn` is one user turn and its reply: the
 user's side (:mod:`~voice_pipeline.conversation.utterance`: transcripts, the evidence
 of each pause, the LLM prefetch) and the assistant's

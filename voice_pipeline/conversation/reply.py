@@ -40,13 +40,12 @@ from tts.base import TTS
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
-from voice_pipeline.config import Config, TTSConfig
+from voice_pipeline.config import TTSConfig
 from voice_pipeline.conversation.heard import SpokenClause, heard_text
 from voice_pipeline.conversation.phrases import Phrases, QueuedPhrase
 from voice_pipeline.conversation.speaker import ReplySpeaker
 from voice_pipeline.conversation.speculation import HeldAudio, PrefetchedStream
 from voice_pipeline.conversation.steering import ReplyOptions, ReplyRequest
-from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger.ledger import Mark
 from voice_pipeline.ledger.records import FailedStage, Span
@@ -69,7 +68,8 @@ ClauseQueue = asyncio.Queue[str | QueuedPhrase | None]
 @dataclass(frozen=True, slots=True)
 class ReplyDeps:
     """What every reply of a session runs on, and the three settings it reads -- nothing
-    else of the :class:`~voice_pipeline.config.Config` or the engines."""
+    else of the :class:`~voice_pipeline.config.Config` or the engines (the session cuts
+    them out: :func:`voice_pipeline.conversation.wiring.reply_deps`)."""
 
     llm: LLM
     tts: TTS
@@ -82,16 +82,6 @@ class ReplyDeps:
     filler_text: str  # dialogue.filler_text
     #: the session's server-side tools (dialogue.tools); None: none, or the client's own
     tools: ToolBox | None = None
-
-    @classmethod
-    def of(
-        cls, engines: Engines, cfg: Config, transport: Transport, clock: Callable[[], int],
-        sleep_until: SleepUntil, phrases: Phrases, tools: ToolBox | None = None,
-    ) -> ReplyDeps:  # fmt: skip
-        return cls(
-            engines.llm, engines.tts, transport, clock, sleep_until, phrases,
-            cfg.llm.max_tokens, cfg.tts, cfg.dialogue.filler_text, tools,
-        )  # fmt: skip
 
 
 class Reply:

@@ -53,6 +53,7 @@ from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
+from voice_pipeline.conversation import wiring
 from voice_pipeline.conversation.history import Context, History
 from voice_pipeline.conversation.listening import Listener
 from voice_pipeline.conversation.open_turns import OpenTurns
@@ -110,25 +111,23 @@ class Session:
         self._history = History(cfg.dialogue.system_prompt, cfg.dialogue.history_max_tokens)
         self._context: Context = context or self._history
         tools = None if context is not None else ToolBox.of(cfg.dialogue, spawn, self._history.resolve)
+        sleep = sleep_until or self._real_sleep_until
         self._ctx = TurnContext(
-            engines,
-            cfg,
+            wiring.utterance_engines(engines),
+            wiring.turn_settings(cfg),
+            wiring.reply_deps(engines, cfg, transport, clock, sleep, self._phrases, tools),
             transport,
             clock,
-            sleep_until or self._real_sleep_until,
-            self._phrases,
+            sleep,
             self._echo,
             self._input.time_of,
             spawn,
             on_evidence=lambda found: self._execute(self._machine.evidence(found)),
             on_audible=self._reply_audible,
             on_committed=self._warm,
-            tools=tools,
         )
         self.ledger = SessionLedger(cfg.budget)
-        tuning = engines.tuning
-        block = tuning.kv_block_tokens if tuning is not None else cfg.llm.kv_block_tokens or 32
-        planner = PrefillPlanner(block_tokens=block, tag=f"{id(self):x}")
+        planner = PrefillPlanner(block_tokens=wiring.kv_block_tokens(engines, cfg), tag=f"{id(self):x}")
         warm = cfg.dialogue.prefill_ahead
         self._warmer = PrefixWarmer(engines.llm, planner, spawn, self._context.prefix, enabled=warm)
         self._reply_options = ReplyOptions()
@@ -194,7 +193,7 @@ class Session:
         automatic replies are given. Changing ``options.detection`` drops the user's turn
         in progress (see :meth:`TurnMachine.configure`)."""
         self._cfg = cfg = dataclasses.replace(self._cfg, vad=vad, turn=turn, barge_in=barge_in)
-        self._ctx = dataclasses.replace(self._ctx, cfg=cfg)
+        self._ctx = dataclasses.replace(self._ctx, settings=self._ctx.settings.configured(vad, turn))
         self._reply_options = reply
         position = self._input.position
         self._execute(self._machine.configure(vad, barge_in, self._policy(cfg), options, position=position))

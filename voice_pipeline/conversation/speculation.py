@@ -28,8 +28,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from llm.base import LLM, ChatMessage, LLMDelta
+from voice_pipeline.config import TTSConfig
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger.records import SpeculationRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PrefetchSettings:
+    """What the speculative reply reads of the dialogue and TTS settings."""
+
+    #: ``dialogue.speculative_audio``: synthesize the reply's first chunk ahead and hold it
+    hold_first_chunk: bool
+    #: how that chunk is cut (the ``tts`` section), as the reply will cut it
+    tts: TTSConfig
 
 
 @dataclass(frozen=True, slots=True)

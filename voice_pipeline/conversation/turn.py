@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -28,16 +29,14 @@ from vad.end_of_turn import Rule
 from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
 from voice_pipeline.clock import ms_to_ns
-from voice_pipeline.config import Config
+from voice_pipeline.config import ASRConfig, TurnConfig, VADConfig
 from voice_pipeline.conversation.history import Context, admits, remember
-from voice_pipeline.conversation.phrases import Phrases
 from voice_pipeline.conversation.reply import Reply, ReplyDeps, ReplyOptions, ReplyRequest, ReplySpeaker
-from voice_pipeline.conversation.utterance import Spawn, Utterance
-from voice_pipeline.engines import Engines
+from voice_pipeline.conversation.speculation import PrefetchSettings
+from voice_pipeline.conversation.utterance import Spawn, Utterance, UtteranceEngines
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger.ledger import Mark, TurnLedger
 from voice_pipeline.ledger.records import EndOfTurnRecord, FailedStage, Span, TurnRecord
-from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
 from voice_pipeline.turntaking.bargein import InterruptionKind
 from voice_pipeline.turntaking.echo import EchoGate
@@ -51,15 +50,34 @@ DELIBERATE = (Rule.UNSURE, Rule.INCOMPLETE)
 
 
 @dataclass(frozen=True, slots=True)
-class TurnContext:
-    """What every turn of one session shares."""
+class TurnSettings:
+    """What a turn and its utterance read of the config (a reply's own are in its
+    :class:`~voice_pipeline.conversation.reply.ReplyDeps`)."""
 
-    engines: Engines
-    cfg: Config
+    asr: ASRConfig
+    turn: TurnConfig
+    prefetch: PrefetchSettings
+    pipeline_rate_hz: int  # audio.pipeline_rate_hz: input samples -> ms
+    #: vad.end_silence_ms: the policy's wait beyond it is the user's (DELIBERATE)
+    end_silence_ms: int
+    filler_after_ms: int  # dialogue.filler_after_ms
+
+    def configured(self, vad: VADConfig, turn: TurnConfig) -> TurnSettings:
+        """The settings with a client's new turn-taking sections (``Session.configure``)."""
+        return dataclasses.replace(self, turn=turn, end_silence_ms=vad.end_silence_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """What every turn of one session shares: each utterance's engines and every reply's
+    dependencies, the settings, and the session's transport, clocks, echo check and callbacks."""
+
+    engines: UtteranceEngines
+    settings: TurnSettings
+    reply: ReplyDeps
     transport: Transport
     clock: Callable[[], int]
     sleep_until: Callable[[int], Awaitable[None]]
-    phrases: Phrases
     echo: EchoGate
     #: the monotonic time of an input sample
     time_of: Callable[[int], int]
@@ -69,8 +87,6 @@ class TurnContext:
     on_audible: Callable[[int, int], None]
     #: the committed words of the user's partial transcript grew
     on_committed: Callable[[str], None]
-    #: the session's server-side tools (None: none, or a realtime session's client tools)
-    tools: ToolBox | None = None
 
 
 class Turn:
@@ -89,10 +105,13 @@ class Turn:
         self.ledger = ledger
         self.spoken_over = spoken_over  # the reply this utterance was spoken over
         self._ctx = ctx
+        settings = ctx.settings
         self.utterance = Utterance(
             turn_id,
             ctx.engines,
-            ctx.cfg,
+            settings.asr,
+            settings.turn,
+            settings.prefetch,
             clock=ctx.clock,
             sleep_until=ctx.sleep_until,
             time_of=ctx.time_of,
@@ -156,7 +175,7 @@ class Turn:
         """The user's turn began; its audio (``audio``) starts at input sample ``start_sample``."""
         self.mark(Mark.SPEECH_START, onset_ns)
         self.utterance.start(audio)
-        start_ms = start_sample * 1000 // self._ctx.cfg.audio.pipeline_rate_hz
+        start_ms = start_sample * 1000 // self._ctx.settings.pipeline_rate_hz
         self._ctx.transport.emit(ev.SpeechStarted(self.turn_id, self._ctx.clock(), start_ms))
 
     def continue_(self) -> None:
@@ -213,7 +232,7 @@ class Turn:
             utterance.transcriber.speculate()  # the final decode starts now
         self.mark(Mark.SPEECH_END, speech_end_ns)
         decided = ctx.clock()
-        extra_ms = end.wait_ms - ctx.cfg.vad.end_silence_ms
+        extra_ms = end.wait_ms - ctx.settings.end_silence_ms
         if end.rule in DELIBERATE and extra_ms > 0:
             self.ledger.allow(extra_ms, "endpointing", "voice_to_voice")
         self.mark(Mark.ENDPOINT, decided)
@@ -223,7 +242,7 @@ class Turn:
         at = utterance.evidence_at
         self.ledger.end_of_turn = EndOfTurnRecord(
             rule=end.rule,
-            silence_ms=(end.decided_sample - end.speech_end_sample) * 1000 / ctx.cfg.audio.pipeline_rate_hz,
+            silence_ms=(end.decided_sample - end.speech_end_sample) * 1000 / ctx.settings.pipeline_rate_hz,
             wait_ms=end.wait_ms,
             p_complete=end.evidence.p_complete,
             cue=end.evidence.cue,
@@ -232,7 +251,7 @@ class Turn:
             sound_compute_ms=at.sound_compute_ms,
         )
         utterance.drop_evidence()
-        end_ms = end.speech_end_sample * 1000 // ctx.cfg.audio.pipeline_rate_hz
+        end_ms = end.speech_end_sample * 1000 // ctx.settings.pipeline_rate_hz
         ctx.transport.emit(ev.EndpointDetected(self.turn_id, decided, speech_end_ns, end_ms))
 
     # ------------------------------------------------------------ the reply
@@ -248,11 +267,8 @@ class Turn:
             on_started=functools.partial(ctx.on_audible, tid, epoch),
             played_base=ctx.transport.played_samples(tid),
         )
-        deps = ReplyDeps.of(
-            ctx.engines, ctx.cfg, ctx.transport, ctx.clock, ctx.sleep_until, ctx.phrases, ctx.tools
-        )
         mark = functools.partial(self._mark_epoch, epoch)
-        return Reply(tid, deps, speaker, mark, functools.partial(self._compute_epoch, epoch))
+        return Reply(tid, ctx.reply, speaker, mark, functools.partial(self._compute_epoch, epoch))
 
     def prefetch(self, context: Context, session_tag: str) -> None:
         """Start the speculative reply to the utterance, asked with ``context``."""
@@ -267,7 +283,7 @@ class Turn:
         messages = context.request(self.user_text, self.turn_id)
         self.reply = self.new_reply()
         filler_at = None
-        speech_end, after_ms = self.ledger.get(Mark.SPEECH_END), self._ctx.cfg.dialogue.filler_after_ms
+        speech_end, after_ms = self.ledger.get(Mark.SPEECH_END), self._ctx.settings.filler_after_ms
         if after_ms > 0 and speech_end is not None:
             filler_at = speech_end + ms_to_ns(after_ms)
         await self.reply.run(messages, prefetched, filler_at_ns=filler_at, options=options)

@@ -41,13 +41,21 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from asr.base import ASREngine
 from asr.streaming import PartialTranscript, UtteranceTranscriber
-from llm.base import ChatMessage
+from llm.base import LLM, ChatMessage
+from tts.base import TTS
 from tts.chunker import ClauseChunker
+from vad.base import TurnModel
 from vad.end_of_turn import Cue, EndOfTurnPolicy, transcript_cue
-from voice_pipeline.config import Config
-from voice_pipeline.conversation.speculation import HeldAudio, PrefetchedStream, SpeculationAccount
-from voice_pipeline.engines import Engines
+from voice_pipeline.config import ASRConfig, TurnConfig
+from voice_pipeline.conversation.speculation import (
+    HeldAudio,
+    PrefetchedStream,
+    PrefetchSettings,
+    SpeculationAccount,
+)
+from voice_pipeline.engines import SpeculationBudget
 from voice_pipeline.turntaking.messages import EvidenceFound
 
 log = logging.getLogger(__name__)
@@ -67,12 +75,30 @@ class EvidenceTiming:
     sound_compute_ms: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class UtteranceEngines:
+    """The engines an utterance runs on (built once, shared by every session)."""
+
+    asr: ASREngine
+    #: the speculative reply's request and its held first chunk
+    llm: LLM
+    tts: TTS
+    #: the places for speculative requests, shared by every session of the process
+    speculation: SpeculationBudget
+    #: the audio turn-completion model (None: the end-of-turn policy uses the words alone)
+    turn: TurnModel | None = None
+    #: when the turn model runs, as chosen for this CPU (``Tuning.turn_model_start``; None: not tuned)
+    turn_model_start: str | None = None
+
+
 class Utterance:
     def __init__(
         self,
         turn_id: int,
-        engines: Engines,
-        cfg: Config,
+        engines: UtteranceEngines,
+        asr: ASRConfig,
+        turn: TurnConfig,
+        prefetch: PrefetchSettings,
         *,
         clock: Callable[[], int],
         sleep_until: Callable[[int], Awaitable[None]],
@@ -83,14 +109,16 @@ class Utterance:
     ) -> None:
         self.turn_id = turn_id
         self._engines = engines
-        self._cfg = cfg
+        self._asr = asr
+        self._turn = turn
+        self._prefetch_settings = prefetch
         self._clock = clock
         self._sleep_until = sleep_until
         self._time_of = time_of
         self._spawn = spawn
         self._on_evidence = on_evidence
         self._on_partial = on_partial
-        self.transcriber = UtteranceTranscriber(engines.asr, cfg.asr, stamp=clock)
+        self.transcriber = UtteranceTranscriber(engines.asr, asr, stamp=clock)
         self.paused = False  # the VAD hears a pause inside the utterance
         #: when the words / the sound of the last pause came back, and the turn model's time
         self.evidence_at = EvidenceTiming()
@@ -114,7 +142,7 @@ class Utterance:
     def listen(self) -> None:
         """The user speaks (again): partial transcripts from now on."""
         self.stop_partials()
-        if self._cfg.asr.partial_interval_ms > 0:
+        if self._asr.partial_interval_ms > 0:
             self._partials = self._spawn(self._poll_partials(), f"partials-{self.turn_id}")
 
     def stop_partials(self) -> None:
@@ -123,7 +151,7 @@ class Utterance:
             self._partials = None
 
     async def _poll_partials(self) -> None:
-        interval_ns = self._cfg.asr.partial_interval_ms * 1_000_000
+        interval_ns = self._asr.partial_interval_ms * 1_000_000
         while True:
             await self._sleep_until(self._clock() + interval_ns)
             if self.paused:
@@ -139,13 +167,13 @@ class Utterance:
         self.paused = True
         self.evidence_at = EvidenceTiming()
         self.drop_evidence()
-        if self._cfg.asr.speculative_final:
+        if self._asr.speculative_final:
             self.transcriber.speculate()
-        model = self._engines.turn is not None and self._cfg.turn.semantic
+        engines = self._engines
+        model = engines.turn is not None and self._turn.semantic
         audio = self.transcriber.audio()  # what the turn model hears: the utterance up to the pause
-        tuning, room = self._engines.tuning, self._engines.speculation.has_room
-        chosen = None if tuning is None else tuning.turn_model_start
-        start = EndOfTurnPolicy.model_start(self._cfg.turn.model_start, chosen, room) if model else None
+        chosen, room = engines.turn_model_start, engines.speculation.has_room
+        start = EndOfTurnPolicy.model_start(self._turn.model_start, chosen, room) if model else None
         then: NDArray[np.float32] | asyncio.Task[_Verdict] | None = None
         if start == "words":
             then = audio
@@ -186,7 +214,7 @@ class Utterance:
         catches a speaker who goes on). On 2 cores the model's 130 ms beside the LLM prefetch
         cost complete questions ~100 ms."""
         try:
-            spec = await self.transcriber.speculative() if self._cfg.asr.speculative_final else None
+            spec = await self.transcriber.speculative() if self._asr.speculative_final else None
             cue = Cue.NEUTRAL if spec is None else transcript_cue(spec.text)
             self.evidence_at.words_after_ms = self._after(speech_end)
             self._on_evidence(EvidenceFound(self.turn_id, speech_end, cue=cue))
@@ -280,7 +308,7 @@ class Utterance:
             buffer = PrefetchedStream(text, history_version=version, started_ns=self._clock())
             self._prefetched = buffer
             self.speculation.prepared += 1
-            if self._cfg.dialogue.speculative_audio:
+            if self._prefetch_settings.hold_first_chunk:
                 buffer.held_task = self._spawn(self._hold_first_chunk(buffer), f"held-audio-{self.turn_id}")
             ready.set()
             await buffer.fill(self._engines.llm, request(text), f"prefetch-{tag}")
@@ -292,7 +320,7 @@ class Utterance:
     async def _hold_first_chunk(self, buffer: PrefetchedStream) -> None:
         """Synthesize the speculative reply's first chunk (cut as the reply will cut it) and
         hold it in ``buffer``; nothing is sent. A failure only loses the head start."""
-        chunker = ClauseChunker.of(self._cfg.tts)
+        chunker = ClauseChunker.of(self._prefetch_settings.tts)
         first: str | None = None
         stream = buffer.stream()
         try:

@@ -50,7 +50,6 @@ from dataclasses import dataclass
 
 from voice_pipeline import events as ev
 from voice_pipeline.audio import Float32, Int16
-from voice_pipeline.config import Config
 from voice_pipeline.conversation.steering import ReplyRequest
 from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.realtime.audio import InputDecoder
@@ -74,7 +73,13 @@ from voice_pipeline.realtime.server_events import (
     SessionUpdated,
     TurnLatencyMeasured,
 )
-from voice_pipeline.realtime.session_config import ServerProfile, Steering, initial_config, steering
+from voice_pipeline.realtime.session_config import (
+    ServerProfile,
+    SessionBase,
+    Steering,
+    initial_config,
+    steering,
+)
 from voice_pipeline.realtime.session_update import SessionUpdate, apply_update
 from voice_pipeline.turntaking.bargein import InterruptionKind
 
@@ -91,8 +96,9 @@ class _Turn:
 
 
 class RealtimeBridge:
-    def __init__(self, profile: ServerProfile, base: Config, ids: Ids, *, origin_ns: int) -> None:
-        """``base``: the server's config (the realtime settings are applied onto it);
+    def __init__(self, profile: ServerProfile, base: SessionBase, ids: Ids, *, origin_ns: int) -> None:
+        """``base``: what the session takes of the server's config (the realtime settings are
+        applied onto its turn-taking sections);
         ``origin_ns``: the session's start (the latency records' marks count from it)."""
         self.profile = profile
         self._base = base
@@ -102,9 +108,9 @@ class RealtimeBridge:
         self.cfg = initial_config(profile)
         self.conversation = Conversation(ids)
         self.input = InputSequencer(self.conversation)
-        budget = base.dialogue.history_max_tokens
+        budget = base.history_max_tokens
         self.context = RealtimeContext(self.conversation, self.cfg.instructions, budget)
-        self.decoder = InputDecoder(self.cfg.input_format, base.audio.pipeline_rate_hz)
+        self.decoder = InputDecoder(self.cfg.input_format, base.pipeline_rate_hz)
         self._turns: dict[int, _Turn] = {}
         self._user: int | None = None  # the turn whose input is being taken
 
@@ -140,7 +146,7 @@ class RealtimeBridge:
         old, self.cfg = self.cfg, cfg
         self.context.instructions = cfg.instructions
         if cfg.input_format is not old.input_format:
-            self.decoder = InputDecoder(cfg.input_format, self._base.audio.pipeline_rate_hz)
+            self.decoder = InputDecoder(cfg.input_format, self._base.pipeline_rate_hz)
         if (old.turn_detection is None) != (cfg.turn_detection is None):
             self._user = None  # the session drops the turn in progress
             self.input.clear()
@@ -174,7 +180,7 @@ class RealtimeBridge:
         audio = untranscribed_audio(event.item)
         events = self._changed(self.conversation.create(event.item, event.previous_item_id))
         item_id = next(e.item.id for e in events if isinstance(e, ItemAdded))
-        rate = self._base.audio.pipeline_rate_hz
+        rate = self._base.pipeline_rate_hz
         fmt = self.cfg.input_format
         todo = [(item_id, n, InputDecoder(fmt, rate).decode(data, last=True)) for n, data in audio]
         return events, todo

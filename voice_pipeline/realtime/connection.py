@@ -56,7 +56,7 @@ from voice_pipeline.realtime.errors import ErrorCode, ErrorType, ProtocolError, 
 from voice_pipeline.realtime.event_json import ServerEventEncoder, dumps, encode
 from voice_pipeline.realtime.ids import Ids
 from voice_pipeline.realtime.server_events import ErrorOccurred, InputTranscriptFailed
-from voice_pipeline.realtime.session_config import ServerProfile, profile_from_config
+from voice_pipeline.realtime.session_config import ServerProfile, SessionBase, profile_from_config
 from voice_pipeline.realtime.tools import chat_template_supports_tools
 from voice_pipeline.realtime.transport import RealtimeTransport
 
@@ -127,7 +127,7 @@ class RealtimeConnection:
             clock=clock,
         )
         ids = Ids()
-        self.bridge = RealtimeBridge(profile, cfg, ids, origin_ns=clock())
+        self.bridge = RealtimeBridge(profile, SessionBase.of(cfg), ids, origin_ns=clock())
         self.session_id = self.bridge.session_id
         self.transport = RealtimeTransport(
             self._out,

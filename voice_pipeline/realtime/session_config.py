@@ -251,6 +251,24 @@ def session_json(cfg: RealtimeSessionConfig, session_id: str) -> Json:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionBase:
+    """What a realtime session takes of the server's config: the turn-taking sections its
+    settings are applied onto (:func:`steering`), the rate its input audio is decoded to,
+    and the token budget of the history its requests are sent with."""
+
+    vad: VADConfig
+    turn: TurnConfig
+    barge_in: BargeInConfig
+    pipeline_rate_hz: int  # audio.pipeline_rate_hz
+    history_max_tokens: int  # dialogue.history_max_tokens
+
+    @classmethod
+    def of(cls, cfg: Config) -> SessionBase:
+        a, d = cfg.audio, cfg.dialogue
+        return cls(cfg.vad, cfg.turn, cfg.barge_in, a.pipeline_rate_hz, d.history_max_tokens)
+
+
+@dataclass(frozen=True, slots=True)
 class Steering:
     """What a realtime config asks of the session (``Session.configure``'s arguments)."""
 
@@ -261,7 +279,7 @@ class Steering:
     reply: ReplyOptions
 
 
-def steering(cfg: RealtimeSessionConfig, base: Config) -> Steering:
+def steering(cfg: RealtimeSessionConfig, base: SessionBase) -> Steering:
     """``server_vad``: the VAD's settings, silence alone ends a turn; ``semantic_vad``: this
     server's end-of-turn policy, eagerness its longest wait; ``None``: manual turns, never
     answered by themselves. ``interrupt_response`` turns barge-in off (never on if the
