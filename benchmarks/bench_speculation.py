@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_speculation.py [--reps 3] [--voices en-us+f3,en-gb+m1]
                                                      [--modes before,after] [--json out.json]
+                                                     [--config my.yaml]
 
 Every complete question of :data:`voice_pipeline.bench.paused.COMPLETE_QUESTIONS` (plus a
 few more) is spoken by espeak-ng in each voice, ``--reps`` times, through the real pipeline
@@ -49,6 +50,7 @@ from voice_pipeline.ledger.ledger import percentile
 from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.models import prepare_models
 from voice_pipeline.runner import run_audio
+from voice_pipeline.tuning import choose_first_chunk_words
 
 RATE = 16000
 QUESTIONS = (*COMPLETE_QUESTIONS, "Can you recommend a good book?", "How far away is the moon?")
@@ -99,10 +101,11 @@ async def main() -> None:
     ap.add_argument("--voices", default="en-us+f3,en-gb+m1", help="espeak-ng voices, comma-separated")
     ap.add_argument("--modes", default="before,after")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--config", type=Path, help="YAML config the modes start from (default: the defaults)")
     args = ap.parse_args()
     cpu = this_cpu()
     print(f"CPU: {cpu.label}", flush=True)
-    base = load_config(None)
+    base = load_config(args.config)
     paths = prepare_models(base, progress=lambda m: None)
     engines = Engines.load(base, paths, progress=lambda m: print(m, flush=True))
     await engines.warm_up(base.dialogue.system_prompt)
@@ -137,7 +140,12 @@ async def main() -> None:
     for mode in modes:
         result[mode] = summary(rows[mode])
         print(f"{mode}: {json.dumps(result[mode])}", flush=True)
+    first = choose_first_chunk_words(base.tts.first_chunk_words, engines.llm_ms_per_token)
+    result["llm_ms_per_token"] = engines.llm_ms_per_token
+    result["first_chunk_words"] = first
     print(f"CPU: {cpu.label}; {engines.tuning.settings_label()}")
+    pace = engines.llm_ms_per_token or float("nan")
+    print(f"LLM {pace:.1f} ms per token at warm-up; first chunk {first} words")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 

@@ -402,14 +402,17 @@ FIRST_CHUNK_CASES = [
     (3, "The capital of France is Paris, a city.", ["The capital of France", "is Paris, a city."]),
     (3, "Bees make honey from the nectar of flowers.", ["Bees make honey", "from the nectar of flowers."]),
     (2, "The capital of France is Paris.", ["The capital", "of France is Paris."]),
-    (2, "A spider has eight legs.", ["A spider", "has eight legs."]),
+    # fewer than 3 words need 10 letters: two short words alone are hard to hear
+    (2, "A spider has eight legs.", ["A spider has eight legs."]),
+    (2, "The sky is blue because of it.", ["The sky is blue", "because of it."]),
     # at any clause mark, whatever the words
     (3, "Sure, I can help with that. What now?", ["Sure,", "I can help with that.", "What now?"]),
     (3, "Well; maybe.", ["Well;", "maybe."]),
-    # from 2N words on, at a word boundary that leaves nothing hanging
-    (2, "I am a voice assistant.", ["I am a voice", "assistant."]),
-    (2, "It is a very long way to the top.", ["It is a very long", "way to the top."]),
-    (2, "Seven big red apples sit there.", ["Seven big red apples", "sit there."]),
+    # from 2N words on (6 at least), at a word boundary that leaves nothing hanging
+    (2, "I am a voice assistant.", ["I am a voice assistant."]),
+    (2, "It is a very long way to the top.", ["It is a very long way", "to the top."]),
+    (2, "Seven big red apples sit there and wait.", ["Seven big red apples sit there", "and wait."]),
+    (3, "Seven big red apples sit there and wait.", ["Seven big red apples sit there", "and wait."]),
     # before a number (a token per digit or two, several spoken words), unless the last word hangs
     (
         3,
@@ -468,8 +471,13 @@ def test_every_reply_gets_its_own_short_first_chunk() -> None:
 
 
 def test_the_default_comes_from_the_config() -> None:
+    """Built from a config whose first chunk is unset (chosen from the LLM's speed where the
+    engines are known), or with no value at all, the chunker uses its default."""
+    from tts.chunker import DEFAULT_FIRST_CHUNK_WORDS
     from voice_pipeline.config import TTSConfig
 
-    text = "Sure, I can help with that."
-    default = TTSConfig().first_chunk_words
-    assert run(ClauseChunker(4), whole(text)) == run(ClauseChunker(4, first_chunk_words=default), whole(text))
+    text = "The capital of France is Paris."
+    fixed = run(ClauseChunker(4, first_chunk_words=DEFAULT_FIRST_CHUNK_WORDS), whole(text))
+    assert run(ClauseChunker(4), whole(text)) == fixed
+    assert run(ClauseChunker.of(TTSConfig(min_clause_words=4)), whole(text)) == fixed
+    assert run(ClauseChunker.of(TTSConfig(first_chunk_words=2)), whole(text)) != fixed

@@ -13,6 +13,7 @@ from asr.base import ASREngine
 from tts.base import TTS
 from tts.chunker import ClauseChunker
 from voice_pipeline.config import TTSConfig
+from voice_pipeline.tuning import choose_first_chunk_words
 
 pytestmark = pytest.mark.real_models
 
@@ -46,20 +47,30 @@ def hear(tts: TTS, asr: ASREngine, text: str) -> str:
     return asr.transcribe(concat(silence(0.3), audio, silence(0.3))).text
 
 
+#: what an unset ``tts.first_chunk_words`` becomes: for a fast LLM and for a slow one
+CHOSEN = sorted({choose_first_chunk_words(None, ms) for ms in (10.0, 60.0)})
+
+
 def test_short_first_chunks_are_intelligible(piper: TTS, whisper: ASREngine) -> None:
+    """Every first chunk either choice cuts (each distinct chunk heard once)."""
     cfg = TTSConfig()
-    assert cfg.first_chunk_words > 0  # the default is the short first chunk
-    short = [first_chunk(r, cfg.min_clause_words, cfg.first_chunk_words) for r in REPLIES]
+    assert cfg.first_chunk_words is None and CHOSEN == [2, 3]  # the default: chosen, short
     old = [first_chunk(r, cfg.min_clause_words, 0) for r in REPLIES]
-    # the rule made them shorter (fewer words in all, never more in one)
-    assert sum(len(c.split()) for c in short) < sum(len(c.split()) for c in old)
-    assert all(len(s.split()) <= len(o.split()) for s, o in zip(short, old, strict=True))
-    heard = {chunk: hear(piper, whisper, chunk) for chunk in short}
+    chunks: dict[str, None] = {}
+    for first_words in CHOSEN:
+        short = [first_chunk(r, cfg.min_clause_words, first_words) for r in REPLIES]
+        # the rule made them shorter (fewer words in all, never more in one)
+        assert sum(len(c.split()) for c in short) < sum(len(c.split()) for c in old)
+        assert all(len(s.split()) <= len(o.split()) for s, o in zip(short, old, strict=True))
+        chunks.update(dict.fromkeys(short))
+    heard = {chunk: hear(piper, whisper, chunk) for chunk in chunks}
     errors = {chunk: word_error_rate(chunk, text) for chunk, text in heard.items()}
     # Whisper hears every first chunk (some of its words, at least), and over all of them
     # the word error rate stays in the range of whole sentences (7 % measured for this
-    # voice on 10 sentences; 4-7 % here in three runs: "Bees" is sometimes "Please")
-    assert all(set(normalize(c).split()) & set(normalize(heard[c]).split()) for c in short), heard
-    words = sum(len(normalize(c).split()) for c in short)
+    # voice on 10 sentences; 4-7 % here in three runs: "Bees" is sometimes "Please"; Piper's
+    # synthesis varies from run to run, and once in six "Cats like to sleep" was "That's
+    # like the sleet" too)
+    assert all(set(normalize(c).split()) & set(normalize(heard[c]).split()) for c in chunks), heard
+    words = sum(len(normalize(c).split()) for c in chunks)
     total = sum(e * len(normalize(c).split()) for c, e in errors.items()) / words
     assert total <= 0.15, (total, heard)

@@ -6,7 +6,7 @@ import pytest
 
 from voice_pipeline.config import ASRConfig, LLMConfig, TurnConfig
 from voice_pipeline.cpu import CPUClass, CPUInfo, parse_cpu, this_cpu
-from voice_pipeline.tuning import Source, choose
+from voice_pipeline.tuning import SLOW_TOKEN_MS, Source, choose, choose_first_chunk_words
 
 # flags lines as /proc/cpuinfo shows them (trimmed to what matters plus some noise)
 BASE = "fpu vme de pse tsc msr pae mce cx8 apic sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c"
@@ -182,3 +182,41 @@ def test_this_machine_is_read() -> None:
     cpu = this_cpu()
     assert cpu.cores >= 1 and cpu.model
     assert cpu.cpu_class in CPUClass
+
+
+@pytest.mark.parametrize(
+    ("configured", "ms_per_token", "words"),
+    [
+        (None, 17.5, 3),  # AVX-512 BF16 EPYC: a word more costs ~18 ms, the phrase reads better
+        (None, 45.0, 2),  # AVX-512 BF16 Xeon, AVX2 (emulated or real): a word less to wait for
+        (None, SLOW_TOKEN_MS, 2),
+        (None, None, 3),  # not measured (engines built by hand, no warm-up)
+        (4, 45.0, 4),  # configured wins
+        (0, 45.0, 0),  # off
+    ],
+)
+def test_the_first_chunk_follows_the_llms_speed(
+    configured: int | None, ms_per_token: float | None, words: int
+) -> None:
+    assert choose_first_chunk_words(configured, ms_per_token) == words
+
+
+@pytest.mark.parametrize(("delay_s", "words"), [(0.0, 3), (0.03, 2)])
+async def test_warm_up_measures_the_llm_and_every_reply_cuts_by_it(delay_s: float, words: int) -> None:
+    """The warm-up's request gives the LLM's pace (a fake streaming one word per ``delay_s``);
+    what every reply and speculative reply of a session cuts by follows it."""
+    from fakes import FakeLLM, Fakes
+
+    from voice_pipeline.config import Config
+    from voice_pipeline.conversation.wiring import chunking, turn_settings
+
+    engines = Fakes(llm=FakeLLM(token_delay_s=delay_s)).engines()
+    assert engines.llm_ms_per_token is None
+    await engines.warm_up()
+    assert engines.llm_ms_per_token is not None
+    assert (engines.llm_ms_per_token >= delay_s * 1000) and (
+        delay_s > 0 or engines.llm_ms_per_token < SLOW_TOKEN_MS
+    )
+    cfg = Config()
+    assert chunking(engines, cfg.tts).first_chunk_words == words
+    assert turn_settings(cfg, engines).prefetch.tts.first_chunk_words == words

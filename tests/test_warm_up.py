@@ -23,7 +23,9 @@ from llm.base import LLM, ChatMessage, LLMDelta, LLMHealth, PrefillResult
 from tts.base import TTS
 from vad.base import VAD, VADStream
 from voice_pipeline.config import Config
+from voice_pipeline.conversation.wiring import chunking
 from voice_pipeline.engines import Engines
+from voice_pipeline.tuning import choose_first_chunk_words
 
 pytestmark = pytest.mark.real_models
 
@@ -136,6 +138,11 @@ async def test_warm_up_serves_a_request_through_every_engine(engines: Engines, c
     llm = wrapped.llm
     assert isinstance(llm, CountedLLM) and llm.first_deltas
     assert llm.unfinished_requests() == 0  # the warm-up request ran to its end
+    # it measured the LLM's pace, which chooses every reply's first chunk (unless configured)
+    measured = wrapped.llm_ms_per_token
+    assert measured is not None and measured > 0
+    first = chunking(wrapped, config.tts).first_chunk_words
+    assert first == choose_first_chunk_words(None, measured) and first in (2, 3)
     # and the next turn-shaped request finds the system prompt's whole block in the cache
     question = ChatMessage("user", "Which day comes after Monday?")
     stream = llm.stream([ChatMessage("system", config.dialogue.system_prompt), question], "after-warm-up")

@@ -36,14 +36,17 @@ Where a clause ends (on the cleaned text; the first rule met from the left wins)
   short first clause is ready and synthesized sooner. Deciding needs the whole
   next word (the character after it), which costs about one LLM token.
 * **First chunk** -- only for the first clause of a reply and only with
-  ``first_chunk_words`` = N > 0 (default: ``tts.first_chunk_words``): the first audio
-  comes from the first few words. A clause mark ends it after any word (``Sure,``); from
-  N words on it ends before a word that starts a phrase (:data:`PHRASE_STARTS`, as the
-  first-phrase rule: ``The capital of France`` + ``is Paris.``, ``Bees make honey`` +
-  ``from flowers.`` with N = 3), or before a number (``The moon is approximately`` +
-  ``140,760,000 kilometers``); from 2N words on at any word boundary whose last word
-  does not leave the phrase hanging (an article, pronoun, auxiliary, preposition or
-  conjunction, see :data:`DANGLING`). Then, while the reply is young (fewer than
+  ``first_chunk_words`` = N > 0 (``tts.first_chunk_words``, chosen from the LLM's speed
+  when unset: 2 for a slow engine, else 3; :data:`DEFAULT_FIRST_CHUNK_WORDS` here): the
+  first audio comes from the first few words. A clause mark ends it after any word
+  (``Sure,``); from N words on (with fewer than :data:`DEFAULT_FIRST_CHUNK_WORDS`, once
+  they have :data:`FIRST_CHUNK_MIN_LETTERS` letters) it ends before a word that starts a
+  phrase (:data:`PHRASE_STARTS`, as the first-phrase rule: ``The capital of France`` +
+  ``is Paris.``, ``Bees make honey`` + ``from flowers.`` with N = 3, ``The capital`` +
+  ``of France is Paris.`` with N = 2), or before a number (``The moon is approximately``
+  + ``140,760,000 kilometers``); from 2N words on (6 at least) at any word boundary whose
+  last word does not leave the phrase hanging (an article, pronoun, auxiliary, preposition
+  or conjunction, see :data:`DANGLING`). Then, while the reply is young (fewer than
   ``later_clause_words`` words emitted), a clause also ends before a phrase start once it
   has twice the words of the clause before it (and at least 2N and ``min_clause_words``),
   its last word not hanging: chunks grow, so
@@ -72,6 +75,7 @@ from voice_pipeline.config import TTSConfig
 
 __all__ = [
     "DANGLING",
+    "DEFAULT_FIRST_CHUNK_WORDS",
     "PHRASE_STARTS",
     "ClauseChunker",
 ]
@@ -106,8 +110,12 @@ DANGLING = frozenset(
         *"i you he she we they it there".split(),  # "It | is", "There | are"
     }
 )
-#: tts.first_chunk_words when the chunker is built without it
-_DEFAULT_FIRST_CHUNK_WORDS = TTSConfig().first_chunk_words
+#: the first chunk's words when neither the config nor the engine's speed chose them
+DEFAULT_FIRST_CHUNK_WORDS = 3
+#: a first chunk of fewer words than that also needs this many letters (and digits): two short
+#: words alone are hard to hear (Whisper heard Piper's ``The sky`` as "This guy" and ``Cats
+#: like`` as "That's why"; ``The capital``, ``Water boils`` it hears)
+FIRST_CHUNK_MIN_LETTERS = 10
 #: characters that continue a word (besides letters and digits): "isn't", "in-depth"
 _WORD_JOINERS = frozenset("'\u2019-")
 
@@ -127,7 +135,7 @@ class ClauseChunker:
         later_clause_words: int | None = None,
         first_phrase_split: bool = True,
         max_clause_chars: int = 200,
-        first_chunk_words: int = _DEFAULT_FIRST_CHUNK_WORDS,
+        first_chunk_words: int = DEFAULT_FIRST_CHUNK_WORDS,
     ) -> None:
         if min_clause_words < 1:
             raise ValueError("min_clause_words must be >= 1")
@@ -157,7 +165,8 @@ class ClauseChunker:
     def of(cls, tts: TTSConfig) -> ClauseChunker:
         """How every reply cuts its text into chunks for TTS (and a speculative reply its
         first chunk, synthesized ahead: the same cut, so the reply finds it)."""
-        return cls(tts.min_clause_words, first_chunk_words=tts.first_chunk_words)
+        first = DEFAULT_FIRST_CHUNK_WORDS if tts.first_chunk_words is None else tts.first_chunk_words
+        return cls(tts.min_clause_words, first_chunk_words=first)
 
     def push(self, delta: str) -> list[str]:
         """Feed the next text delta; returns the clauses it completed (maybe none)."""
@@ -293,10 +302,13 @@ class ClauseChunker:
             if self._words_emitted >= self._later_words or words < grown or self._last_word(i) in DANGLING:
                 return False
             return self._phrase_starts_after(i, n, final=final)
-        if words < self._first_words:
+        if words < self._first_words or (
+            words < DEFAULT_FIRST_CHUNK_WORDS
+            and sum(c.isalnum() for c in self._buf[:i]) < FIRST_CHUNK_MIN_LETTERS
+        ):
             return False
         if self._last_word(i) not in DANGLING and (
-            words >= 2 * self._first_words or self._number_after(i, n)
+            words >= 2 * max(self._first_words, DEFAULT_FIRST_CHUNK_WORDS) or self._number_after(i, n)
         ):
             return True
         return self._phrase_starts_after(i, n, final=final)

@@ -180,8 +180,10 @@ class TTSConfig:
     voice_path: str | None = None
     #: a clause is spoken only once it has at least this many words (avoids choppy audio)
     min_clause_words: int = 4
-    #: the first chunk of a reply ends after this many words, or at a comma (0: no short first chunk)
-    first_chunk_words: int = 3
+    #: the first chunk of a reply ends after this many words, or at a comma (0: no short first
+    #: chunk); None: chosen from the LLM's speed measured at warm-up, 2 for a slow one, else 3
+    #: (:func:`voice_pipeline.tuning.choose_first_chunk_words`; README, issue #18)
+    first_chunk_words: int | None = None
     #: onnxruntime intra-op threads (1 stays fast while the LLM is busy)
     threads: int = 1
     #: trailing silence Piper appends per chunk is trimmed to at most this
@@ -377,7 +379,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("asr.cpu_threads: must be >= 0 (0 = chosen for the machine)")
     if cfg.tts.min_clause_words < 1:
         raise ConfigError("tts.min_clause_words: must be >= 1")
-    if cfg.tts.first_chunk_words < 0:
+    if cfg.tts.first_chunk_words is not None and cfg.tts.first_chunk_words < 0:
         raise ConfigError("tts.first_chunk_words: must be >= 0 (0: no short first chunk)")
     b = cfg.barge_in
     if b.min_speech_ms < 0 or b.confirm_speech_ms < b.min_speech_ms or b.echo_max_delay_ms < 0:

@@ -86,6 +86,8 @@ class Engines:
     speculation: SpeculationBudget = field(default_factory=SpeculationBudget.for_machine)
     #: where every session's turns are traced and measured (None: telemetry is not configured)
     telemetry: Telemetry | None = None
+    #: the LLM's ms per generated token, measured by :meth:`warm_up` (None: not measured)
+    llm_ms_per_token: float | None = None
 
     @classmethod
     def load(cls, cfg: Config, paths: ModelPaths, progress: Callable[[str], None]) -> Engines:
@@ -136,9 +138,15 @@ class Engines:
         # the LLM: a turn-shaped request, generated to its end (prefill and decode both run)
         messages = [ChatMessage("system", system_prompt), ChatMessage("user", "Say hello.")]
         stream = self.llm.stream(messages, f"warm-up-{id(self)}-{time.monotonic_ns()}")
+        first_ns, last_ns, after_first = 0, 0, 0  # tokens after the first delta
         async with contextlib.aclosing(stream):
-            async for _ in stream:
-                pass
+            async for delta in stream:
+                last_ns = time.monotonic_ns()
+                after_first += delta.num_tokens if first_ns else 0
+                first_ns = first_ns or last_ns
+        # the decode's pace (what the reply's first chunk waits for), from the first delta on
+        self.llm_ms_per_token = (last_ns - first_ns) / 1e6 / after_first if after_first >= 3 else None
+        log.info("LLM at warm-up: %s ms per generated token", self.llm_ms_per_token)
         await asyncio.to_thread(self.tts.synthesize, "Hello there.")
         await asyncio.to_thread(self.asr.transcribe, np.zeros(self.asr.sample_rate_hz // 2, np.float32))
         vad = self.vad.stream()

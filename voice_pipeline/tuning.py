@@ -50,6 +50,7 @@ import typing
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from tts.chunker import DEFAULT_FIRST_CHUNK_WORDS
 from voice_pipeline.cpu import CPUClass, CPUInfo, this_cpu
 
 if TYPE_CHECKING:
@@ -249,3 +250,20 @@ def tuned_asr(cfg: ASRConfig) -> ASRConfig:
     from voice_pipeline.config import LLMConfig
 
     return choose(this_cpu(), LLMConfig(), cfg).asr(cfg)
+
+
+#: an LLM this slow per generated token gets a 2-word first chunk (else 3): one word less to
+#: wait for is worth a choppier first phrase only when a token costs this much (issue #18:
+#: 17.5 ms per token on an AVX-512 BF16 EPYC, 38-55 on an AVX-512 BF16 Xeon with a third of
+#: its memory bandwidth, 30-36 with AVX2 emulated there, 78 on a real AVX2 EPYC)
+SLOW_TOKEN_MS = 25.0
+
+
+def choose_first_chunk_words(configured: int | None, ms_per_token: float | None) -> int:
+    """``tts.first_chunk_words``: as configured, else from the LLM's measured ms per token
+    (2 from :data:`SLOW_TOKEN_MS` on, else 3; 3 when it was not measured)."""
+    if configured is not None:
+        return configured
+    if ms_per_token is not None and ms_per_token >= SLOW_TOKEN_MS:
+        return 2
+    return DEFAULT_FIRST_CHUNK_WORDS

@@ -114,7 +114,7 @@ class Session:
         sleep = sleep_until or self._real_sleep_until
         self._ctx = TurnContext(
             wiring.utterance_engines(engines),
-            wiring.turn_settings(cfg),
+            wiring.turn_settings(cfg, engines),
             wiring.reply_deps(engines, cfg, transport, clock, sleep, self._phrases, tools),
             transport,
             clock,

@@ -15,13 +15,17 @@ each :class:`Turn`          :class:`TurnSettings` (those sections, the pipeline 
 each :class:`Reply`         :class:`ReplyDeps` (LLM, TTS, ``llm.max_tokens``, the ``tts``
                             chunking, ``dialogue.filler_text``, the session's tools)
 ==========================  ===============================================================
+
+The ``tts`` chunking is the section with its first chunk's words resolved (:func:`chunking`):
+unless configured, they follow the LLM's speed measured when the engines warmed up.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
-from voice_pipeline.config import Config
+from voice_pipeline.config import Config, TTSConfig
 from voice_pipeline.conversation.phrases import Phrases
 from voice_pipeline.conversation.reply import ReplyDeps
 from voice_pipeline.conversation.speculation import PrefetchSettings
@@ -30,8 +34,9 @@ from voice_pipeline.conversation.utterance import UtteranceEngines
 from voice_pipeline.engines import Engines
 from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
+from voice_pipeline.tuning import choose_first_chunk_words
 
-__all__ = ["kv_block_tokens", "reply_deps", "turn_settings", "utterance_engines"]
+__all__ = ["chunking", "kv_block_tokens", "reply_deps", "turn_settings", "utterance_engines"]
 
 
 def utterance_engines(engines: Engines) -> UtteranceEngines:
@@ -40,8 +45,15 @@ def utterance_engines(engines: Engines) -> UtteranceEngines:
     return UtteranceEngines(engines.asr, engines.llm, engines.tts, engines.speculation, engines.turn, start)
 
 
-def turn_settings(cfg: Config) -> TurnSettings:
-    prefetch = PrefetchSettings(cfg.dialogue.speculative_audio, cfg.tts)
+def chunking(engines: Engines, tts: TTSConfig) -> TTSConfig:
+    """``tts`` as every reply (and a speculative one) cuts its text: the first chunk's words
+    chosen from the LLM's measured speed unless configured."""
+    first = choose_first_chunk_words(tts.first_chunk_words, engines.llm_ms_per_token)
+    return replace(tts, first_chunk_words=first)
+
+
+def turn_settings(cfg: Config, engines: Engines) -> TurnSettings:
+    prefetch = PrefetchSettings(cfg.dialogue.speculative_audio, chunking(engines, cfg.tts))
     return TurnSettings(
         cfg.asr,
         cfg.turn,
@@ -71,7 +83,7 @@ def reply_deps(
         sleep_until,
         phrases,
         max_tokens=cfg.llm.max_tokens,
-        tts_cfg=cfg.tts,
+        tts_cfg=chunking(engines, cfg.tts),
         filler_text=cfg.dialogue.filler_text,
         tools=tools,
     )
