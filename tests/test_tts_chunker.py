@@ -402,16 +402,19 @@ FIRST_CHUNK_CASES = [
     (3, "The capital of France is Paris, a city.", ["The capital of France", "is Paris, a city."]),
     (3, "Bees make honey from the nectar of flowers.", ["Bees make honey", "from the nectar of flowers."]),
     (2, "The capital of France is Paris.", ["The capital", "of France is Paris."]),
-    # fewer than 3 words need 10 letters: two short words alone are hard to hear
-    (2, "A spider has eight legs.", ["A spider has eight legs."]),
+    # fewer than 3 words need 8 letters: two short words alone are hard to hear
+    (2, "A spider has eight legs.", ["A spider has eight", "legs."]),
+    (2, "A mosquito has six legs.", ["A mosquito", "has six legs."]),
     (2, "The sky is blue because of it.", ["The sky is blue", "because of it."]),
+    # never after a word that leaves the phrase hanging
+    (2, "Cats like to sleep in the sun.", ["Cats like to sleep", "in the sun."]),
     # at any clause mark, whatever the words
     (3, "Sure, I can help with that. What now?", ["Sure,", "I can help with that.", "What now?"]),
     (3, "Well; maybe.", ["Well;", "maybe."]),
-    # from 2N words on (6 at least), at a word boundary that leaves nothing hanging
-    (2, "I am a voice assistant.", ["I am a voice assistant."]),
-    (2, "It is a very long way to the top.", ["It is a very long way", "to the top."]),
-    (2, "Seven big red apples sit there and wait.", ["Seven big red apples sit there", "and wait."]),
+    # from 2N words on, at a word boundary that leaves nothing hanging
+    (2, "I am a voice assistant.", ["I am a voice", "assistant."]),
+    (2, "It is a very long way to the top.", ["It is a very long", "way to the top."]),
+    (2, "Seven big red apples sit there.", ["Seven big red apples", "sit there."]),
     (3, "Seven big red apples sit there and wait.", ["Seven big red apples sit there", "and wait."]),
     # before a number (a token per digit or two, several spoken words), unless the last word hangs
     (

@@ -44,9 +44,9 @@ Where a clause ends (on the cleaned text; the first rule met from the left wins)
   phrase (:data:`PHRASE_STARTS`, as the first-phrase rule: ``The capital of France`` +
   ``is Paris.``, ``Bees make honey`` + ``from flowers.`` with N = 3, ``The capital`` +
   ``of France is Paris.`` with N = 2), or before a number (``The moon is approximately``
-  + ``140,760,000 kilometers``); from 2N words on (6 at least) at any word boundary whose
-  last word does not leave the phrase hanging (an article, pronoun, auxiliary, preposition
-  or conjunction, see :data:`DANGLING`). Then, while the reply is young (fewer than
+  + ``140,760,000 kilometers``); from 2N words on at any word boundary -- never after a
+  word that leaves the phrase hanging (an article, pronoun, auxiliary, preposition or
+  conjunction, see :data:`DANGLING`). Then, while the reply is young (fewer than
   ``later_clause_words`` words emitted), a clause also ends before a phrase start once it
   has twice the words of the clause before it (and at least 2N and ``min_clause_words``),
   its last word not hanging: chunks grow, so
@@ -108,14 +108,15 @@ DANGLING = frozenset(
         *PHRASE_STARTS,
         *"a an the my your his her its our their this these those some any no not very".split(),
         *"i you he she we they it there".split(),  # "It | is", "There | are"
+        *"like than as".split(),  # prepositions too: "Cats like | to sleep" was heard "That's why"
     }
 )
 #: the first chunk's words when neither the config nor the engine's speed chose them
 DEFAULT_FIRST_CHUNK_WORDS = 3
 #: a first chunk of fewer words than that also needs this many letters (and digits): two short
-#: words alone are hard to hear (Whisper heard Piper's ``The sky`` as "This guy" and ``Cats
-#: like`` as "That's why"; ``The capital``, ``Water boils`` it hears)
-FIRST_CHUNK_MIN_LETTERS = 10
+#: words alone are hard to hear (Whisper heard Piper's ``The sky`` as "This guy" and ``The moon``
+#: as "The man" 3 times in 5; ``The capital``, ``Water boils`` it hears)
+FIRST_CHUNK_MIN_LETTERS = 8
 #: characters that continue a word (besides letters and digits): "isn't", "in-depth"
 _WORD_JOINERS = frozenset("'\u2019-")
 
@@ -307,9 +308,9 @@ class ClauseChunker:
             and sum(c.isalnum() for c in self._buf[:i]) < FIRST_CHUNK_MIN_LETTERS
         ):
             return False
-        if self._last_word(i) not in DANGLING and (
-            words >= 2 * max(self._first_words, DEFAULT_FIRST_CHUNK_WORDS) or self._number_after(i, n)
-        ):
+        if self._last_word(i) in DANGLING:
+            return False
+        if words >= 2 * self._first_words or self._number_after(i, n):
             return True
         return self._phrase_starts_after(i, n, final=final)
 
