@@ -152,10 +152,11 @@ async def main() -> None:
     )
     ap.add_argument("--skip-paused", action="store_true", help="only the complete questions (voice-to-voice)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--config", type=Path, help="YAML config the modes start from (default: the defaults)")
     args = ap.parse_args()
     pauses = [float(p) for p in args.pauses.split(",")]
     voices = args.voices.split(",")
-    base = load_config(None)
+    base = load_config(args.config)
     engines = Engines.load(
         base, prepare_models(base, progress=lambda m: None), lambda m: print(m, file=sys.stderr)
     )
