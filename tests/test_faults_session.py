@@ -291,7 +291,9 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_queue_stays_bounde
         assert peak_buffer <= 32 * 1024 + 2 * out_rate * 10  # write_limit + one clause's frame
         # the server sent its close frame (1008); a client that does not read never sees it
         # behind the unread data, so the server drops the TCP connection after websockets'
-        # close_timeout
+        # close_timeout. The close is its own task, started when the queue overflowed: it runs
+        # once the cancelled writer has let go of the socket, so wait for it
+        await until(lambda: conn._ws.protocol.close_sent is not None, 30)
         close = conn._ws.protocol.close_sent
         assert close is not None and close.code == 1008 and "not reading" in close.reason
         await until(lambda: not srv.connections, 60)
