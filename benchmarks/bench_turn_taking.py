@@ -13,11 +13,13 @@ behaviour before the semantic policy), ``new`` = the defaults.
 Per paused sentence it counts the user turns the pipeline made of it: one is right;
 more is a premature end of turn (the speaker had more to say), whether or not the
 fragment got an answer. ``endpoints inside`` counts ends of turn decided during a
-pause that continuation then undid (no fragment answered). Prints, per mode: the
-premature end-of-turn rate, WER of the answered transcript, voice-to-voice p50/p95 of
-the complete questions, the rules that ended the turns, and the turn model's cost per
-call and how much of it came back within the short silence. Prints figures; asserts
-nothing. Name the CPU beside any figure you publish (it is printed first).
+pause that continuation then undid (no fragment answered), and the reply audio heard
+in each pause (and 0.3 s into the phrase after it): what the speaker hears the assistant
+say over them while they are not done. Prints, per mode: the premature end-of-turn rate,
+the sentences with reply audio in a pause (the target: none), WER of the answered
+transcript, voice-to-voice p50/p95 of the complete questions, the rules that ended the
+turns, and the turn model's cost per call and how much of it came back within the short
+silence. Prints figures; asserts nothing. Name the CPU beside any figure you publish (it is printed first).
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from speech import espeak, word_error_rate
 
 from voice_pipeline import events as ev
-from voice_pipeline.bench.paused import COMPLETE_QUESTIONS, PAUSED_SENTENCES, paused_clip
+from voice_pipeline.bench.paused import (
+    COMPLETE_QUESTIONS,
+    PAUSED_SENTENCES,
+    paused_clip,
+    reply_heard_in_pauses,
+)
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.cpu import this_cpu
 from voice_pipeline.engines import Engines
@@ -50,6 +57,8 @@ from voice_pipeline.models import prepare_models
 from voice_pipeline.runner import run_audio
 
 RATE = 16000
+#: silence before each clip (s)
+LEAD_S = 0.5
 
 
 def cpu_name() -> str:
@@ -73,12 +82,12 @@ async def run_one(engines: Engines, cfg: Config, audio: np.ndarray) -> dict[str,
         if isinstance(e, ev.TurnContinued):
             continued += 1
 
-    lead = np.zeros(RATE // 2, np.float32)
+    lead = np.zeros(round(LEAD_S * RATE), np.float32)
     res = await run_audio(
         engines, cfg, np.concatenate([lead, audio, np.zeros(RATE, np.float32)]), RATE, on_event=count
     )
     turns = [r for r in res.records if r.user_text or r.assistant_text]
-    return {"records": res.records, "turns": turns, "continued": continued}
+    return {"records": res.records, "turns": turns, "continued": continued, "result": res}
 
 
 def question_row(mode: str, voice: str, q: str, r: Any) -> dict[str, Any]:
@@ -92,7 +101,8 @@ def question_row(mode: str, voice: str, q: str, r: Any) -> dict[str, Any]:
 async def paused_set(
     engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], short_ms: int
 ) -> dict[str, Any]:
-    split = total = inside = 0
+    split = total = inside = talked_over = 0
+    heard_max: list[float] = []
     wers: list[float] = []
     rules: Counter[str] = Counter()
     sound_ms: list[float] = []
@@ -109,6 +119,10 @@ async def paused_set(
                 total += 1
                 split += len(turns) > 1
                 inside += out["continued"]
+                res = out["result"]
+                heard = reply_heard_in_pauses(res.output, res.output_rate_hz, clip, LEAD_S)
+                talked_over += any(h > 0 for h in heard)
+                heard_max.append(max(heard))
                 answered = [r for r in turns if r.assistant_text]
                 said = " ".join(r.user_text for r in turns)
                 wers.append(word_error_rate(clip.words_said, said))
@@ -122,7 +136,7 @@ async def paused_set(
                 mark = "ok" if len(turns) == 1 else f"SPLIT x{len(turns)}"
                 print(
                     f"[{mode}] {voice:9} pause {pause:.1f}s {mark:9} answered {len(answered)} "
-                    f"continued {out['continued']} {said!r}",
+                    f"continued {out['continued']} heard in pauses {max(heard):.2f} s {said!r}",
                     flush=True,
                 )
     hidden = sum(1 for t in sound_late if t <= short_ms) / len(sound_late) if sound_late else float("nan")
@@ -130,6 +144,9 @@ async def paused_set(
         "paused_utterances": total,
         "premature_end_of_turn_rate": split / total if total else float("nan"),
         "endpoints_undone_by_continuation": inside,
+        # the target "no reply audio while a paused speaker is still speaking"
+        "sentences_with_reply_audio_in_a_pause": talked_over,
+        "reply_audio_in_a_pause_max_s": max(heard_max, default=float("nan")),
         "wer_mean": float(np.mean(wers)) if wers else float("nan"),
         "rules": dict(rules),
         "turn_model_ms_p50": percentile(sound_ms, 50),

@@ -27,6 +27,7 @@ from voice_pipeline.bench.paused import (
     PausedSpeech,
     degrade,
     paused_clip,
+    reply_heard_in_pauses,
 )
 from voice_pipeline.engines import Engines
 from voice_pipeline.runner import RunResult, run_audio
@@ -142,16 +143,8 @@ def test_no_reply_talks_over_the_pauses(paused: list[Outcome], config: Config) -
     grace_s = config.turn.continuation_grace_ms / 1000
     talked_over = 0
     for o in paused:
-        out = o.result.output.astype(np.float32) / 32768
-        rate = o.result.output_rate_hz
-        heard = []
-        for end, pause in zip(o.clip.phrase_ends, o.clip.pauses_s, strict=True):
-            a = LEAD_S + end / RATE
-            b = a + pause + 0.3  # the next phrase's first 300 ms too: the flush takes a moment
-            window = out[round(a * rate) : round(b * rate)]
-            frames = window[: len(window) // 220 * 220].reshape(-1, 220)  # 10 ms
-            heard_s = float(np.sum(np.sqrt(np.mean(frames**2, axis=1)) > 0.01)) / 100
-            heard.append(heard_s)
+        heard = reply_heard_in_pauses(o.result.output, o.result.output_rate_hz, o.clip, LEAD_S)
+        for heard_s in heard:
             assert heard_s <= grace_s + 0.2, f"{heard_s:.2f} s of reply during a pause: {describe(o)}"
         talked_over += any(h > 0 for h in heard)
         print(f"reply heard during the pauses: {max(heard):.2f} s  {o.spoken}")

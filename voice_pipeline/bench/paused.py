@@ -141,3 +141,29 @@ def degrade(
         rng = np.random.default_rng(seed)
         out = out + rng.standard_normal(len(out)) * 10 ** (noise_dbfs / 20)
     return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+
+#: a 10 ms frame of the reply louder than this (RMS, full scale 1.0) counts as heard
+HEARD_RMS = 0.01
+#: the next phrase's first moments count too: flushing a reply takes a frame or two
+FLUSH_S = 0.3
+
+
+def reply_heard_in_pauses(
+    output: NDArray[np.generic], rate_hz: int, clip: PausedSpeech, lead_s: float
+) -> list[float]:
+    """Seconds of reply audio audible in each of ``clip``'s pauses (and :data:`FLUSH_S` into
+    the phrase after it): what a speaker who is not done hears the assistant say over them.
+    ``output`` is the session's output timeline (int16 or float) at ``rate_hz``, and the clip
+    began ``lead_s`` into the input."""
+    out = np.asarray(output, np.float32)
+    if np.issubdtype(np.asarray(output).dtype, np.integer):
+        out = out / 32768.0
+    frame = max(1, rate_hz // 100)
+    heard = []
+    for end, pause in zip(clip.phrase_ends, clip.pauses_s, strict=True):
+        a = lead_s + end / clip.rate_hz
+        window = out[round(a * rate_hz) : round((a + pause + FLUSH_S) * rate_hz)]
+        frames = window[: len(window) // frame * frame].reshape(-1, frame)
+        heard.append(float(np.sum(np.sqrt(np.mean(frames**2, axis=1)) > HEARD_RMS)) / 100)
+    return heard
