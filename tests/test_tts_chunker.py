@@ -401,7 +401,9 @@ FIRST_CHUNK_CASES = [
     # before a phrase start once it has N words
     (3, "The capital of France is Paris, a city.", ["The capital of France", "is Paris, a city."]),
     (3, "Bees make honey from the nectar of flowers.", ["Bees make honey", "from the nectar of flowers."]),
-    (2, "The capital of France is Paris.", ["The capital", "of France is Paris."]),
+    # ... but never before "of": it belongs to the noun before it
+    (2, "The capital of France is Paris.", ["The capital of France", "is Paris."]),
+    (2, "One member of the band is Paul.", ["One member of the band", "is Paul."]),
     # fewer than 3 words need 8 letters: two short words alone are hard to hear
     (2, "A spider has eight legs.", ["A spider has eight", "legs."]),
     (2, "A mosquito has six legs.", ["A mosquito", "has six legs."]),
@@ -479,7 +481,7 @@ def test_the_default_comes_from_the_config() -> None:
     from tts.chunker import DEFAULT_FIRST_CHUNK_WORDS
     from voice_pipeline.config import TTSConfig
 
-    text = "The capital of France is Paris."
+    text = "A mosquito has six legs."
     fixed = run(ClauseChunker(4, first_chunk_words=DEFAULT_FIRST_CHUNK_WORDS), whole(text))
     assert run(ClauseChunker(4), whole(text)) == fixed
     assert run(ClauseChunker.of(TTSConfig(min_clause_words=4)), whole(text)) == fixed
