@@ -156,14 +156,14 @@ def reply_heard_in_pauses(
     the phrase after it): what a speaker who is not done hears the assistant say over them.
     ``output`` is the session's output timeline (int16 or float) at ``rate_hz``, and the clip
     began ``lead_s`` into the input."""
-    out = np.asarray(output, np.float32)
-    if np.issubdtype(np.asarray(output).dtype, np.integer):
-        out = out / 32768.0
-    frame = max(1, rate_hz // 100)
+    raw = np.asarray(output)
+    out = raw.astype(np.float32) / (32768.0 if np.issubdtype(raw.dtype, np.integer) else 1.0)
+    frame = max(1, rate_hz // 100)  # 10 ms
     heard = []
     for end, pause in zip(clip.phrase_ends, clip.pauses_s, strict=True):
         a = lead_s + end / clip.rate_hz
         window = out[round(a * rate_hz) : round((a + pause + FLUSH_S) * rate_hz)]
         frames = window[: len(window) // frame * frame].reshape(-1, frame)
-        heard.append(float(np.sum(np.sqrt(np.mean(frames**2, axis=1)) > HEARD_RMS)) / 100)
+        loud = int(np.sum(np.sqrt(np.mean(frames**2, axis=1)) > HEARD_RMS))
+        heard.append(loud * frame / rate_hz)
     return heard
