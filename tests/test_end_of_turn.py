@@ -38,6 +38,14 @@ CUES = [
     ("Where are you from?", Cue.COMPLETE),  # a stranded preposition in a question
     ("What is it for?", Cue.COMPLETE),
     ("Can you help me!", Cue.COMPLETE),
+    ("Will you marry me?", Cue.COMPLETE),
+    ("Can you tell me a joke?", Cue.COMPLETE),  # the thing told is there
+    ("Where did you send us?", Cue.COMPLETE),  # the wh-word is the thing asked for
+    ("What can you tell me?", Cue.COMPLETE),
+    # a question that stops on a verb of giving or telling and its recipient: the sound decides
+    ("Can you tell me?", Cue.NEUTRAL),
+    ("Could you show us?", Cue.NEUTRAL),
+    ("Can you give me?", Cue.NEUTRAL),
     # nothing either way
     ("Tell me a joke.", Cue.NEUTRAL),
     ("I don't really know", Cue.NEUTRAL),  # grammatically complete: the sound must tell

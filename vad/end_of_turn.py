@@ -205,6 +205,18 @@ PRONOUNS = frozenset(
     {"i", "you", "he", "she", "it", "we", "they", "that", "this", "there", "who", "what", "which", "one"}
 )
 
+#: verbs of giving and telling: ending a question on one and its recipient ("Can you tell
+#: me?") leaves out the thing given, which a speaker who pauses there is about to say (the
+#: paused sentences of benchmarks/bench_turn_taking.py: "Can you tell me ... what the weather
+#: will be like"). Such a question is only NEUTRAL: the sound decides, not the question mark.
+#: Not a question with a wh-word ("What did you tell me?", "Where did you send us?"): its
+#: missing thing is the wh-word itself.
+GIVING_VERBS = frozenset(
+    {"tell", "show", "teach", "remind", "give", "bring", "send", "hand", "lend", "pass", "buy", "get", "find"}
+)
+RECIPIENTS = frozenset({"me", "us"})
+WH_WORDS = frozenset({"what", "where", "when", "why", "who", "whom", "whose", "which", "how"})
+
 _TOKEN = re.compile(r"[a-z0-9']+")
 _TRAILING_OFF = re.compile("(\\.\\.\\.|\u2026|,|;|:|-|\u2014|\u2013)\\s*$")  # ... , ; : - and dashes
 
@@ -214,8 +226,10 @@ def transcript_cue(text: str) -> Cue:
 
     INCOMPLETE when it trails off ("...", a comma, a dash), ends in a word of
     :data:`NEVER_FINAL`, ends in a word of :data:`RARELY_FINAL` without a question mark,
-    or ends in a copula right after a noun; COMPLETE when it ends with "?" or "!";
-    NEUTRAL otherwise, and for no words at all (silence is the VAD's business).
+    or ends in a copula right after a noun; COMPLETE when it ends with "?" or "!" (but
+    NEUTRAL when it has no wh-word and ends on a verb of :data:`GIVING_VERBS` and its
+    recipient: "Can you tell me?"); NEUTRAL otherwise, and for no words at all (silence
+    is the VAD's business).
     """
     stripped = text.strip()
     words = _TOKEN.findall(stripped.lower().replace("\u2019", "'"))  # typographic apostrophe
@@ -229,4 +243,7 @@ def transcript_cue(text: str) -> Cue:
         return Cue.INCOMPLETE
     if last in COPULAS and not question and len(words) >= 2 and words[-2] not in PRONOUNS:
         return Cue.INCOMPLETE
+    if question and len(words) >= 2 and last in RECIPIENTS and words[-2] in GIVING_VERBS:
+        if WH_WORDS.isdisjoint(words):
+            return Cue.NEUTRAL
     return Cue.COMPLETE if question else Cue.NEUTRAL
