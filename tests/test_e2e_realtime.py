@@ -125,6 +125,36 @@ async def test_typed_items_get_spoken_replies_and_text_only_gets_text(srv: Voice
         assert "rome" in normalize(text)
 
 
+async def test_a_text_only_session_answers_speech_in_text_and_synthesizes_nothing_ahead(
+    srv: VoiceServer, engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Speech in, text out: the reply is still prepared during the pause (the speculative
+    LLM request), but Piper is never asked for a first chunk to hold: there is no audio."""
+    synthesized: list[str] = []
+    synthesize = engines.tts.synthesize
+
+    def counting(text: str) -> Any:
+        synthesized.append(text)
+        return synthesize(text)
+
+    monkeypatch.setattr(engines.tts, "synthesize", counting)
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        text_only = {"type": "realtime", "output_modalities": ["text"]}
+        await rt.send({"type": "session.update", "session": text_only})
+        await rt.wait_type("session.updated")
+        rt.microphone()
+        await rt.say(pcm16(concat(silence(0.3, RATE), espeak(QUESTION, RATE))))
+        done = await rt.wait_type("response.done")
+        text = "".join(e.delta for e in rt.of("response.output_text.delta"))
+        assert done.response.status == "completed" and "paris" in normalize(text)
+        assert not rt.of("response.output_audio.delta")
+        record = (await rt.wait_type("voice_pipeline.turn.latency")).record
+        spec = record["speculation"]
+        assert spec is not None and spec["prepared"] >= 1 and spec["held"] == 0, spec
+        assert synthesized == []
+
+
 async def test_speech_over_a_reply_cancels_it_and_the_unheard_part_is_forgotten(srv: VoiceServer) -> None:
     async with realtime(srv) as rt:
         await rt.wait_type("session.created")

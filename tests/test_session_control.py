@@ -104,6 +104,27 @@ async def test_a_text_only_reply_is_not_synthesized_and_counts_as_seen(h: H) -> 
     assert rec is not None and rec.heard_text == REPLY and not h.transport.of(ev.ClauseSynthesized)
 
 
+async def test_automatic_text_only_replies_synthesize_nothing_ahead(h: H) -> None:
+    """A session whose replies are text only (a realtime ``output_modalities: ["text"]``)
+    still prepares its reply during the pause, but holds no audio: nothing is synthesized."""
+    h.steer(TurnOptions(), ReplyOptions(speak=False))
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: h.transport.record(1) is not None)
+    rec = h.transport.record(1)
+    assert rec is not None and rec.llm_prefetched and rec.assistant_text == REPLY
+    assert rec.speculation is not None and (rec.speculation.prepared, rec.speculation.held) == (1, 0)
+    assert "audio_held" not in rec.marks_ns
+    assert h.fakes.tts.texts == [] and 1 not in h.transport.audio
+    h.steer(TurnOptions(), ReplyOptions(speak=True))  # spoken again: held again
+    h.fakes.asr.text = "and the question"
+    await h.driver.quiet(3.0)
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: h.transport.record(2) is not None)
+    rec2 = h.transport.record(2)
+    assert rec2 is not None and rec2.speculation is not None and rec2.speculation.held == 1
+    assert "audio_held" in rec2.marks_ns and h.fakes.tts.texts
+
+
 async def test_a_reply_stops_at_its_token_limit(h: H) -> None:
     turn = h.session.respond(ReplyRequest((ChatMessage("user", "hi"),), ReplyOptions(max_tokens=3)))
     await h.driver.quiet_until(lambda: h.transport.record(turn) is not None)

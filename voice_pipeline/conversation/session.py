@@ -193,7 +193,10 @@ class Session:
         automatic replies are given. Changing ``options.detection`` drops the user's turn
         in progress (see :meth:`TurnMachine.configure`)."""
         self._cfg = cfg = dataclasses.replace(self._cfg, vad=vad, turn=turn, barge_in=barge_in)
-        self._ctx = dataclasses.replace(self._ctx, settings=self._ctx.settings.configured(vad, turn))
+        # a text-only reply has no audio: a speculative one holds none either
+        hold = cfg.dialogue.speculative_audio and reply.speak
+        settings = self._ctx.settings.configured(vad, turn, hold_first_chunk=hold)
+        self._ctx = dataclasses.replace(self._ctx, settings=settings)
         self._reply_options = reply
         position = self._input.position
         self._execute(self._machine.configure(vad, barge_in, self._policy(cfg), options, position=position))

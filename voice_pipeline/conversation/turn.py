@@ -62,9 +62,11 @@ class TurnSettings:
     end_silence_ms: int
     filler_after_ms: int  # dialogue.filler_after_ms
 
-    def configured(self, vad: VADConfig, turn: TurnConfig) -> TurnSettings:
-        """The settings with a client's new turn-taking sections (``Session.configure``)."""
-        return dataclasses.replace(self, turn=turn, end_silence_ms=vad.end_silence_ms)
+    def configured(self, vad: VADConfig, turn: TurnConfig, *, hold_first_chunk: bool) -> TurnSettings:
+        """The settings with a client's new turn-taking sections (``Session.configure``);
+        ``hold_first_chunk``: whether a speculative reply synthesizes its first chunk ahead."""
+        prefetch = dataclasses.replace(self.prefetch, hold_first_chunk=hold_first_chunk)
+        return dataclasses.replace(self, turn=turn, end_silence_ms=vad.end_silence_ms, prefetch=prefetch)
 
 
 @dataclass(frozen=True, slots=True)
