@@ -40,7 +40,6 @@ from voice_pipeline.models import prepare_models
 RATE = 16000
 QUESTIONS = (*COMPLETE_QUESTIONS, "Can you recommend a good book?", "How far away is the moon?")
 VOICES = ("en-us+f3", "en-gb+m1")
-WINDOW_FRAMES = 1000  # the engine's 10 s window at 100 frames a second
 
 
 def main() -> None:
@@ -69,13 +68,15 @@ def main() -> None:
             continue
         asr.transcribe(np.zeros(RATE, np.float32))  # first-run costs out of the way
         model = asr._model  # type: ignore[attr-defined]  # the engine's WhisperModel
+        decoder = asr._window  # type: ignore[attr-defined]  # its fast path (asr/fast_path.py)
+        frames = round(decoder.window_s * decoder.frames_per_s)  # the window the engine decodes in
         features, encoder, whole, wers = [], [], [], []
         for rep in range(args.reps):
             for text, audio in clips:
                 t0 = time.perf_counter()
                 mel = model.feature_extractor(audio)
                 t1 = time.perf_counter()
-                padded = np.zeros((1, mel.shape[0], WINDOW_FRAMES), np.float32)
+                padded = np.zeros((1, mel.shape[0], frames), np.float32)
                 padded[0, :, : mel.shape[1] - 1] = mel[:, :-1]
                 window = ctranslate2.StorageView.from_array(padded)
                 t2 = time.perf_counter()
@@ -90,7 +91,8 @@ def main() -> None:
                     wers.append(word_error_rate(text, result.text))
         ms = [round(statistics.median(x) * 1000, 1) for x in (features, encoder, whole)]
         print(
-            f"{compute_type:13} features {ms[0]:5.1f} ms  encoder (10 s window) {ms[1]:5.1f} ms  "
+            f"{compute_type:13} features {ms[0]:5.1f} ms  "
+            f"encoder ({decoder.window_s:g} s window) {ms[1]:5.1f} ms  "
             f"whole decode p50 {ms[2]:5.1f} ms, max {max(whole) * 1000:5.0f} ms  "
             f"WER {np.mean(wers):.1%} ({len(clips)} clips x {args.reps})",
             flush=True,
