@@ -12,7 +12,14 @@ from numpy.typing import NDArray
 
 from asr.base import ASREngine
 from tts.base import TTS
-from tts.piper import LEADING_SILENCE_MS, SILENCE_FLOOR_DBFS, PiperTTS, trim_silence, voice_name
+from tts.piper import (
+    LEADING_SILENCE_MS,
+    SILENCE_FLOOR_DBFS,
+    PiperTTS,
+    conv2d_model,
+    trim_silence,
+    voice_name,
+)
 from voice_pipeline.config import TTSConfig
 from voice_pipeline.errors import EngineError, ModelError
 from voice_pipeline.models import ModelPaths
@@ -113,6 +120,28 @@ def test_pause_between_sentences_is_trimmed_too(tts: PiperTTS) -> None:
 def test_audio_is_intelligible(tts: PiperTTS, whisper: ASREngine) -> None:
     text = transcribe(whisper, tts.synthesize(SENTENCE), tts.sample_rate_hz)
     assert "paris" in text.lower(), text
+
+
+def test_the_2d_graph_speaks_the_same_audio_as_the_voice_file(tts: PiperTTS, voice_path: Path) -> None:
+    """tts.conv2d (the default, so the shared engine) rewrites the voice's 1-D convolutions
+    as 2-D ones; with the noise off the audio must be the file's own, sample for sample."""
+    from piper.config import SynthesisConfig
+
+    assert CFG.conv2d and isinstance(conv2d_model(voice_path), bytes)  # rewritten
+    plain = PiperTTS(TTSConfig(conv2d=False), voice_path)
+    still = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    try:
+        for text in (SENTENCE, "Bees make honey from the nectar of flowers, which they collect."):
+            graphs = (plain._voice, tts._voice)
+            assert graphs[0] is not None and graphs[1] is not None
+            before, after = (
+                np.concatenate([chunk.audio_float_array for chunk in voice.synthesize(text, still)])
+                for voice in graphs
+            )
+            assert before.shape == after.shape and len(before) > tts.sample_rate_hz
+            assert float(np.max(np.abs(after - before))) < 1e-3  # float rounding: ~2e-5
+    finally:
+        plain.close()
 
 
 @pytest.mark.parametrize("text", ["", "   \n", "...", "— !?", "🎉", "**"])

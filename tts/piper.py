@@ -1,7 +1,8 @@
 """Piper TTS engine (piper-tts >= 1.3 API, tested with 1.8).
 
-The ONNX session is built here rather than by ``PiperVoice.load`` so the thread
-pools can be set: ``intra_op_num_threads = cfg.threads``, ``inter_op = 1``,
+The ONNX session is built here rather than by ``PiperVoice.load`` so the graph can be
+rewritten (``tts.conv2d``: its 1-D convolutions as 2-D ones, :mod:`tts.conv2d`) and the thread
+pools set: ``intra_op_num_threads = cfg.threads``, ``inter_op = 1``,
 sequential execution, no spin-waiting. Measured on 2 shared cores: 1 intra-op
 thread stays ~100 ms per short sentence while the LLM decodes, 2 threads
 degrade to ~190 ms.
@@ -34,7 +35,14 @@ if TYPE_CHECKING:
 
     from voice_pipeline.config import TTSConfig
 
-__all__ = ["LEADING_SILENCE_MS", "SILENCE_FLOOR_DBFS", "PiperTTS", "trim_silence", "voice_name"]
+__all__ = [
+    "LEADING_SILENCE_MS",
+    "SILENCE_FLOOR_DBFS",
+    "PiperTTS",
+    "conv2d_model",
+    "trim_silence",
+    "voice_name",
+]
 
 #: silence kept before the first voiced frame of each chunk
 LEADING_SILENCE_MS = 5
@@ -84,9 +92,10 @@ class PiperTTS:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        model: str | bytes = conv2d_model(voice_path) if cfg.conv2d else str(voice_path)
         try:
             session = ort.InferenceSession(
-                str(voice_path), sess_options=options, providers=["CPUExecutionProvider"]
+                model, sess_options=options, providers=["CPUExecutionProvider"]
             )
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise ModelError(f"cannot load Piper voice {voice_path}: {exc}") from exc
@@ -121,6 +130,22 @@ class PiperTTS:
     def close(self) -> None:
         """Release the ONNX session. Idempotent."""
         self._voice = None
+
+
+def conv2d_model(voice_path: Path) -> str | bytes:
+    """The voice with its 1-D convolutions as 2-D ones (:mod:`tts.conv2d`), serialized; its
+    path when it has none to rewrite."""
+    try:
+        import onnx
+    except ImportError as exc:
+        raise MissingPackageError("onnx") from exc
+    from tts.conv2d import rewrite_conv1d
+
+    try:
+        model = onnx.load(str(voice_path))
+    except Exception as exc:  # onnx raises protobuf's untyped DecodeError, among others
+        raise ModelError(f"cannot load Piper voice {voice_path}: {exc}") from exc
+    return model.SerializeToString() if rewrite_conv1d(model) else str(voice_path)
 
 
 def trim_silence(
