@@ -14,7 +14,9 @@ modes interleaved question by question so that load on the machine hits both ali
   off), the first chunk a whole clause (``tts.first_chunk_words: 0``), the turn model after
   the words, 2 Whisper threads;
 * ``after`` -- the defaults: the speculative reply's short first chunk synthesized and held
-  during the pause, the turn model and the Whisper threads chosen for the CPU (``auto``).
+  during the pause, the turn model and the Whisper threads chosen for the CPU (``auto``);
+* ``file-graph`` -- the defaults, but Piper runs the voice file's own graph (``tts.conv2d``
+  off: its 1-D convolutions as they are, not as 2-D ones; a second engine).
 
 Per mode: voice-to-voice p50/p95 (ledger; it agrees with the wire within a frame),
 endpointing p50, when the words came back (p50, after the end of speech), how often the
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from speech import espeak
 
 from asr import build_asr
+from tts import build_tts
 from voice_pipeline.bench.paused import COMPLETE_QUESTIONS
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.cpu import this_cpu
@@ -116,13 +119,20 @@ async def main() -> None:
     if engines.tuning.asr_threads != 2:
         asr_before = build_asr(dataclasses.replace(engines.tuning.asr(base.asr), cpu_threads=2), paths.asr)
     modes = args.modes.split(",")
+    tts_file_graph = engines.tts
+    if "file-graph" in modes:
+        tts_file_graph = build_tts(dataclasses.replace(base.tts, conv2d=False), paths.tts)
     rows: dict[str, list[TurnRecord]] = {m: [] for m in modes}
     for rep in range(args.reps):
         for voice in args.voices.split(","):
             for q in QUESTIONS:
                 audio = espeak(q, voice=voice)
                 for mode in modes if rep % 2 == 0 else modes[::-1]:
-                    eng = dataclasses.replace(engines, asr=asr_before) if mode == "before" else engines
+                    eng = engines
+                    if mode == "before":
+                        eng = dataclasses.replace(engines, asr=asr_before)
+                    elif mode == "file-graph":
+                        eng = dataclasses.replace(engines, tts=tts_file_graph)
                     rec = await one(eng, mode_config(base, mode), audio)
                     if rec is None:
                         print(f"[{mode}] {voice} no turn for {q!r}", flush=True)
