@@ -17,6 +17,8 @@ modes interleaved question by question so that load on the machine hits both ali
   during the pause, the turn model and the Whisper threads chosen for the CPU (``auto``);
 * ``file-graph`` -- the defaults, but Piper runs the voice file's own graph (``tts.conv2d``
   off: its 1-D convolutions as they are, not as 2-D ones; a second engine).
+* ``no-guess`` -- the defaults, but the held first chunk's synthesis waits for the token
+  that cuts it (:meth:`tts.chunker.ClauseChunker.tentative` answers None during its turns).
 
 Per mode: voice-to-voice p50/p95 (ledger; it agrees with the wire within a frame),
 endpointing p50, when the words came back (p50, after the end of speech), how often the
@@ -29,10 +31,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,7 @@ from speech import espeak
 
 from asr import build_asr
 from tts import build_tts
+from tts.chunker import ClauseChunker
 from voice_pipeline.bench.paused import COMPLETE_QUESTIONS
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.cpu import this_cpu
@@ -68,6 +73,20 @@ def mode_config(base: Config, mode: str) -> Config:
             tts=dataclasses.replace(base.tts, first_chunk_words=0),
         )
     return base
+
+
+@contextlib.contextmanager
+def guessing(on: bool) -> Iterator[None]:
+    """The first chunk guessed a token early (the default), or not (``no-guess``)."""
+    if on:
+        yield
+        return
+    real = ClauseChunker.tentative
+    ClauseChunker.tentative = lambda self: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ClauseChunker.tentative = real  # type: ignore[method-assign]
 
 
 async def one(engines: Engines, cfg: Config, audio: np.ndarray) -> TurnRecord | None:
@@ -133,7 +152,8 @@ async def main() -> None:
                         eng = dataclasses.replace(engines, asr=asr_before)
                     elif mode == "file-graph":
                         eng = dataclasses.replace(engines, tts=tts_file_graph)
-                    rec = await one(eng, mode_config(base, mode), audio)
+                    with guessing(mode != "no-guess"):
+                        rec = await one(eng, mode_config(base, mode), audio)
                     if rec is None:
                         print(f"[{mode}] {voice} no turn for {q!r}", flush=True)
                         continue

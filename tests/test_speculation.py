@@ -52,6 +52,41 @@ async def test_a_released_reply_sends_the_audio_synthesized_before_the_endpoint(
     assert t.time_of(min(c.start for c in t.playout.chunks if c.turn_id == 1)) >= marks["endpoint"]
 
 
+async def test_the_first_chunk_is_synthesized_before_the_token_that_cuts_it(h: Harness) -> None:
+    """"Sure," is only cut once the next token shows a space after the comma; its synthesis
+    starts on the chunker's guess, so it is held even while that token is late."""
+    d, llm, tts = h.driver, h.fakes.llm, h.fakes.tts
+    first = first_chunk(REPLY, h.cfg)
+    llm.hold_after(len(first.split()))  # the first chunk's tokens only: its cut not yet known
+    await d.speak(0.5)
+    await d.quiet_until(lambda: first in tts.texts, max_s=0.2)  # a pause shorter than the end wait
+    llm.release()
+    await d.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert rec.speculation == SpeculationRecord(prepared=1, held=1, released=1)
+    assert rec.marks_ns["audio_held"] < rec.marks_ns["endpoint"] <= rec.marks_ns["first_audio_sent"]
+    assert tts.texts.count(first) == 1 and rec.heard_text == REPLY
+
+
+async def test_a_wrong_guess_is_wasted_and_the_real_first_chunk_is_held(h: Harness) -> None:
+    """"Well..." would be a chunk before an ordinary word, but not before "maybe" (no split
+    before a lower-case letter): the guessed audio is counted as wasted, never sent."""
+    t, d, llm, tts = h.transport, h.driver, h.fakes.llm, h.fakes.tts
+    llm.reply = "Well... maybe the answer is forty two. Anything else?"
+    first = first_chunk(llm.reply, h.cfg)
+    assert first != "Well..."
+    await d.speak(0.5)
+    await d.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert tts.texts[:2] == ["Well...", first]  # the guess, then the real cut
+    assert rec.speculation is not None
+    assert (rec.speculation.held, rec.speculation.released) == (1, 1)
+    assert rec.speculation.wasted_audio_s == pytest.approx(tts.samples_for("Well...") / 22050, abs=1e-3)
+    sent = [c for c in t.playout.chunks if c.turn_id == 1]
+    assert sent and rec.heard_text == llm.reply
+    assert rec.marks_ns["audio_held"] < rec.marks_ns["endpoint"]
+
+
 async def test_a_dropped_speculation_aborts_the_request_and_sends_nothing(h: Harness) -> None:
     t, d, llm, tts = h.transport, h.driver, h.fakes.llm, h.fakes.tts
     first = first_chunk(REPLY, h.cfg)

@@ -486,3 +486,69 @@ def test_the_default_comes_from_the_config() -> None:
     assert run(ClauseChunker(4), whole(text)) == fixed
     assert run(ClauseChunker.of(TTSConfig(min_clause_words=4)), whole(text)) == fixed
     assert run(ClauseChunker.of(TTSConfig(first_chunk_words=2)), whole(text)) != fixed
+
+
+# ------------------------------------------------------------ tentative: the next cut, guessed
+
+#: (tokens as an LLM streams them, the first chunk, the tokens after which ``tentative``
+#: already names it -- before the token that cuts it arrives)
+GUESSED = [
+    (["Sure", ",", " here", "'s", " one", "."], "Sure,", 2),
+    (["The", " capital", " of", " France", " is", " Paris", "."], "The capital of France", 4),
+    (["We", " make", " things", "."], "We make things.", 4),
+    (["The", " moon", " is", " approximately", " ", "1", "4"], "The moon is approximately", 4),
+    (["Hello", "!", " How", " can", " I", " help", "?"], "Hello!", 2),
+]
+
+
+@pytest.mark.parametrize(("tokens", "first", "known_after"), GUESSED)
+def test_the_first_chunk_is_guessed_a_token_before_it_is_cut(
+    tokens: list[str], first: str, known_after: int
+) -> None:
+    chunker = ClauseChunker(4, first_chunk_words=2)
+    for i, token in enumerate(tokens, start=1):
+        cut = chunker.push(token)
+        if i < known_after:
+            assert cut == [] and chunker.tentative() in (None, first), i
+        elif i == known_after:
+            assert cut == [] and chunker.tentative() == first  # not cut yet, but guessed
+        else:
+            assert cut in ([], [first])
+            if cut:
+                break
+    else:
+        cut = chunker.flush()
+    assert cut[0] == first
+
+
+def test_tentative_leaves_the_chunker_as_it_was() -> None:
+    text = "The capital of France is Paris. It is a lovely city, with many museums."
+    probed, plain = ClauseChunker(4, first_chunk_words=2), ClauseChunker(4, first_chunk_words=2)
+    out_probed, out_plain = [], []
+    for token in chars(text):
+        probed.tentative()
+        out_probed += probed.push(token)
+        out_plain += plain.push(token)
+    assert out_probed + probed.flush() == out_plain + plain.flush()
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [["The", " capital"], ["The", " capital", " of"], ["Dr", "."], ["It", " is", " the"], []],
+)
+def test_nothing_is_guessed_where_no_ordinary_boundary_would_cut(tokens: list[str]) -> None:
+    """Too few words, a dangling last word, or an abbreviation: the probe word would join the
+    chunk, so there is no guess (never a chunk with the probe's word in it)."""
+    chunker = ClauseChunker(4, first_chunk_words=2)
+    for token in tokens:
+        chunker.push(token)
+    assert chunker.tentative() is None
+
+
+def test_a_guess_can_be_wrong_and_the_cut_then_differs() -> None:
+    chunker = ClauseChunker(4, first_chunk_words=2)
+    for token in ["It", " costs", " 3", "."]:
+        chunker.push(token)
+    assert chunker.tentative() == "It costs 3."  # if a word followed ...
+    assert chunker.push("5") == [] and chunker.push(" dollars") == []  # ... but it was 3.5
+    assert chunker.tentative() == "It costs 3.5 dollars"

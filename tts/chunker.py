@@ -71,6 +71,8 @@ such as a lone ``"..."``; a character cut with nothing speakable before it
 
 from __future__ import annotations
 
+import copy
+
 from tts.text import StreamCleaner, is_speakable, normalize_space
 from voice_pipeline.config import TTSConfig
 
@@ -126,6 +128,10 @@ DEFAULT_FIRST_CHUNK_WORDS = 3
 FIRST_CHUNK_MIN_LETTERS = 8
 #: characters that continue a word (besides letters and digits): "isn't", "in-depth"
 _WORD_JOINERS = frozenset("'\u2019-")
+#: what :meth:`ClauseChunker.tentative` supposes comes next: a plain word boundary ("Xq" is
+#: capitalized, so a sentence end splits before it, and it starts no phrase and no number)
+_PROBE_WORD = "Xq"
+_PROBE = f" {_PROBE_WORD} x"
 
 
 def _word_count(text: str) -> int:
@@ -180,6 +186,19 @@ class ClauseChunker:
         """Feed the next text delta; returns the clauses it completed (maybe none)."""
         self._buf += self._cleaner.feed(delta)
         return self._drain(final=False)
+
+    def tentative(self) -> str | None:
+        """The clause :meth:`push` would complete next if the text so far were followed by a
+        plain word boundary (a space and a capitalized word that starts no phrase), else None.
+
+        A clause that ends at punctuation, before a number or after 2N words is only known once
+        the next token shows what follows; this says what it will be if that is an ordinary
+        boundary, so its synthesis can start one token early (the speculative reply's first
+        chunk, :mod:`voice_pipeline.conversation.utterance`). Pure: the chunker is unchanged.
+        """
+        probe = copy.deepcopy(self)
+        clause = next(iter(probe.push(_PROBE)), None)
+        return None if clause is None or _PROBE_WORD in clause else clause  # it must end before
 
     def flush(self) -> list[str]:
         """End of the stream: the remaining clauses, if they have speakable content."""

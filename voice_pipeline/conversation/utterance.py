@@ -319,40 +319,59 @@ class Utterance:
 
     async def _hold_first_chunk(self, buffer: PrefetchedStream) -> None:
         """Synthesize the speculative reply's first chunk (cut as the reply will cut it) and
-        hold it in ``buffer``; nothing is sent. A failure only loses the head start."""
+        hold it in ``buffer``; nothing is sent. A failure only loses the head start.
+
+        A chunk that ends at punctuation, before a number or at a phrase start is only cut
+        once the next token shows what follows. Its synthesis starts a token earlier, on the
+        chunker's guess (:meth:`ClauseChunker.tentative`: what the chunk is if an ordinary
+        word boundary follows); if the cut turns out different (``It costs 3.`` + ``5``), that
+        audio is wasted and the real chunk is synthesized. One guess per reply."""
         chunker = ClauseChunker.of(self._prefetch_settings.tts)
+        early: tuple[str, asyncio.Task[HeldAudio | None]] | None = None
         first: str | None = None
-        stream = buffer.stream()
-        try:
-            async with contextlib.aclosing(stream):
-                async for delta in stream:
-                    first = next(iter(chunker.push(delta.text)), None)
-                    if first is not None:
-                        break
-        except Exception:
-            return  # the request failed: the reply will say so
-        first = first if first is not None else next(iter(chunker.flush()), None)
-        if first is None:
-            return
-        tts = self._engines.tts
-
-        def run() -> HeldAudio:
-            start = self._clock()
-            pcm = tts.synthesize(first)
-            return HeldAudio(first, pcm, tts.sample_rate_hz, start, self._clock())
-
-        try:
-            held = await asyncio.to_thread(run)
-        except Exception:
-            log.warning("turn %d: cannot synthesize the speculative first chunk", self.turn_id, exc_info=True)
-            return
-        if not held.pcm.size:
+        held: HeldAudio | None = None
+        async with asyncio.TaskGroup() as tg:  # waits for a guess that lost, never sends it
+            stream = buffer.stream()
+            try:
+                async with contextlib.aclosing(stream):
+                    async for delta in stream:
+                        first = next(iter(chunker.push(delta.text)), None)
+                        if first is not None:
+                            break
+                        if early is None and (guess := chunker.tentative()) is not None:
+                            early = (guess, tg.create_task(self._synthesize_ahead(guess)))
+                    else:
+                        first = next(iter(chunker.flush()), None)
+            except Exception:
+                first = None  # the request failed: the reply will say so
+            if early is not None and early[0] == first:
+                held = await early[1]
+            elif first is not None:
+                held = await self._synthesize_ahead(first)
+        if early is not None and early[0] != first and (lost := early[1].result()) is not None:
+            self.speculation.wasted_audio_s += lost.seconds
+        if held is None or not held.pcm.size:
             return
         self.speculation.held += 1
         if buffer.dropped:  # dropped while it was being synthesized: thrown away
             self.speculation.wasted_audio_s += held.seconds
         else:
             buffer.held = held
+
+    async def _synthesize_ahead(self, text: str) -> HeldAudio | None:
+        """``text`` synthesized in a worker thread, stamped with when it ran; None on failure."""
+        tts = self._engines.tts
+
+        def run() -> HeldAudio:
+            start = self._clock()
+            pcm = tts.synthesize(text)
+            return HeldAudio(text, pcm, tts.sample_rate_hz, start, self._clock())
+
+        try:
+            return await asyncio.to_thread(run)
+        except Exception:
+            log.warning("turn %d: cannot synthesize the speculative first chunk", self.turn_id, exc_info=True)
+            return None
 
     async def take_prefetch(self, user_text: str, history_version: int) -> PrefetchedStream | None:
         """The speculative reply if it was asked with exactly these words and history
