@@ -46,7 +46,10 @@ def main() -> None:
         for conv2d in (False, True):
             t0 = time.perf_counter()
             engines[conv2d] = PiperTTS(dataclasses.replace(base.tts, threads=threads, conv2d=conv2d), voice)
-            print(f"{threads} thread(s), conv2d {conv2d}: loaded in {time.perf_counter() - t0:.2f} s", flush=True)
+            print(
+                f"{threads} thread(s), conv2d {conv2d}: loaded in {time.perf_counter() - t0:.2f} s",
+                flush=True,
+            )
         for text in TEXTS:
             times: dict[bool, list[float]] = {False: [], True: []}
             for rep in range(args.reps):

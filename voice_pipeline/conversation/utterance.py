@@ -321,11 +321,9 @@ class Utterance:
         """Synthesize the speculative reply's first chunk (cut as the reply will cut it) and
         hold it in ``buffer``; nothing is sent. A failure only loses the head start.
 
-        A chunk that ends at punctuation, before a number or at a phrase start is only cut
-        once the next token shows what follows. Its synthesis starts a token earlier, on the
-        chunker's guess (:meth:`ClauseChunker.tentative`: what the chunk is if an ordinary
-        word boundary follows); if the cut turns out different (``It costs 3.`` + ``5``), that
-        audio is wasted and the real chunk is synthesized. One guess per reply."""
+        A chunk is only cut once the next token shows what follows it; its synthesis starts a
+        token earlier, on the chunker's guess (:meth:`ClauseChunker.tentative`). A wrong guess
+        (``It costs 3.`` + ``5``) is wasted audio; the real chunk is then synthesized."""
         chunker = ClauseChunker.of(self._prefetch_settings.tts)
         early: tuple[str, asyncio.Task[HeldAudio | None]] | None = None
         first: str | None = None
