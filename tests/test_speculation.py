@@ -169,3 +169,45 @@ def test_the_account_becomes_the_record() -> None:
     a.drop(5, 0.25)
     a.drop(2, 0.0)
     assert a.record() == SpeculationRecord(3, 2, 1, 2, 0, 7, 0.25)
+
+
+# ---------------------------------------------------------------- every reply guesses its first chunk
+
+
+async def test_a_reply_without_speculation_synthesizes_its_first_chunk_before_the_cut() -> None:
+    """No speculative reply: the reply itself starts Piper on the chunker's guess, so "Sure,"
+    is synthesized while the token that cuts it is late, and only once."""
+    h = make_harness(with_dialogue(base_config(), speculative_start=False))
+    d, llm, tts = h.driver, h.fakes.llm, h.fakes.tts
+    llm.reply = REPLY
+    first = first_chunk(REPLY, h.cfg)
+    llm.hold_after(len(first.split()))
+    try:
+        await d.speak(0.5)
+        await d.quiet_until(lambda: first in tts.texts, max_s=2.0)
+        assert not [c for c in h.transport.playout.chunks if c.turn_id == 1]  # its cut not known yet
+        llm.release()
+        await d.quiet_until(lambda: h.completed(1))
+        rec = h.record(1)
+        assert not rec.llm_prefetched
+        assert rec.speculation is None or rec.speculation.held == 0
+        assert tts.texts.count(first) == 1 and rec.heard_text == REPLY
+        assert rec.work.wasted_audio_s == 0.0
+    finally:
+        await h.session.aclose()
+
+
+async def test_a_reply_s_wrong_guess_is_counted_as_wasted_audio() -> None:
+    h = make_harness(with_dialogue(base_config(), speculative_start=False))
+    d, llm, tts = h.driver, h.fakes.llm, h.fakes.tts
+    llm.reply = "Well... maybe the answer is forty two. Anything else?"
+    first = first_chunk(llm.reply, h.cfg)
+    try:
+        await d.speak(0.5)
+        await d.quiet_until(lambda: h.completed(1))
+        rec = h.record(1)
+        assert tts.texts[:2] == ["Well...", first]
+        assert rec.heard_text == llm.reply  # the guess was never sent
+        assert rec.work.wasted_audio_s == pytest.approx(tts.samples_for("Well...") / 22050, abs=2e-3)
+    finally:
+        await h.session.aclose()

@@ -41,6 +41,7 @@ from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
 from voice_pipeline.config import TTSConfig
+from voice_pipeline.conversation.early_chunk import EarlyChunk
 from voice_pipeline.conversation.heard import SpokenClause, heard_text
 from voice_pipeline.conversation.phrases import Phrases, QueuedPhrase
 from voice_pipeline.conversation.speaker import ReplySpeaker
@@ -63,6 +64,8 @@ SleepUntil = Callable[[int], Awaitable[None]]
 #: what the reply's generating side hands its speaking side: a clause to synthesize, a
 #: fixed phrase to play, or None (the end)
 ClauseQueue = asyncio.Queue[str | QueuedPhrase | None]
+#: a clause's audio and when its synthesis ran (clock ns, stamped in its worker thread)
+Synthesized = tuple[NDArray[np.int16], int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +113,15 @@ class Reply:
         #: tokens, prefill ms); the session copies it into the ledger (TurnLedger.llm_request)
         self.llm_first: LLMDelta | None = None
         self.audio_synthesized_s = 0.0
+        self.clauses_cut = 0  # the reply's own clauses cut from the LLM's text so far
         self.request_id = f"reply-{id(self)}-{turn_id}"
-        #: "llm" or "tts" once a stage of this reply has raised
-        self.failed_stage: FailedStage | None = None
-        #: samples of the filler, which plays before the first clause
-        self.filler_samples = 0
+        self.failed_stage: FailedStage | None = None  # "llm" or "tts" once a stage has raised
+        self.filler_samples = 0  # samples of the filler, which plays before the first clause
         self._clause_queued = False
         self._filler_task: asyncio.Task[None] | None = None
         self._llm_error: Exception | None = None
         self._prefetched: PrefetchedStream | None = None
+        self._early: EarlyChunk[Synthesized] | None = None  # the first clause, on a guess
         #: the function calls the LLM made in this reply (complete once it is generated)
         self.tool_calls: tuple[ToolCall, ...] = ()
         #: the rounds of server-side calls run (voice_pipeline/tools/loop.py)
@@ -151,11 +154,15 @@ class Reply:
         self._transport.emit(ev.ReplyStarted(self.turn_id, self._clock()))
         try:
             async with asyncio.TaskGroup() as tg:
+                if options.speak and (prefetched is None or prefetched.held_task is None):
+                    self._early = EarlyChunk(tg.create_task, self._synthesize_guess)
                 tg.create_task(self._generate(messages, clauses, prefetched))
                 if options.speak:
                     tg.create_task(self._speak(clauses))
                 if options.speak and filler_at_ns is not None and self._deps.filler_text:
                     self._filler_task = tg.create_task(self._filler(filler_at_ns, clauses))
+            if self._early is not None and (lost := self._early.lost()):  # a wrong guess: wasted
+                self.audio_synthesized_s += len(lost[0]) / self._deps.tts.sample_rate_hz
             if self._llm_error is not None:
                 raise self._llm_error  # after its complete clauses were spoken
             self._transport.emit(
@@ -288,6 +295,8 @@ class Reply:
                         self.speaker.show()
                 for clause in chunker.push(delta.text) if speak else ():
                     await self._clause(clause, span, llm_start, out)
+                if self._early is not None and not self.clauses_cut:
+                    self._early.offer(chunker)
                 if self.token_limit:
                     break
         made = calls.calls()
@@ -303,6 +312,7 @@ class Reply:
         return made, text
 
     async def _clause(self, clause: str, span: Span, llm_start: int, out: ClauseQueue) -> None:
+        self.clauses_cut += 1
         self._compute(span, llm_start, self._clock())  # the first one counts
         self._mark(Mark.FIRST_CLAUSE, self._clock())
         self._first_clause_queued()
@@ -338,11 +348,17 @@ class Reply:
         held = await prefetched.held_audio(clause)
         return held if held is not None and held.sample_rate_hz == self._deps.tts.sample_rate_hz else None
 
-    def _synthesize(self, text: str) -> tuple[NDArray[np.int16], int, int]:
+    def _synthesize(self, text: str) -> Synthesized:
         """Piper on one clause, in a worker thread, stamped there (its compute span)."""
         start = self._clock()
         pcm = self._deps.tts.synthesize(text)
         return pcm, start, self._clock()
+
+    async def _synthesize_guess(self, text: str) -> Synthesized | None:
+        """The first clause on a guess (:class:`EarlyChunk`); None on failure (synthesized again)."""
+        with contextlib.suppress(Exception):
+            return await asyncio.to_thread(self._synthesize, text)
+        return None
 
     async def _speak(self, clauses: ClauseQueue) -> None:
         tts = self._deps.tts
@@ -361,6 +377,8 @@ class Reply:
             if held is not None:  # a speculative reply's first chunk, synthesized before the endpoint
                 pcm, synth_start, synth_end = held.pcm, held.start_ns, held.end_ns
                 self._mark(Mark.AUDIO_HELD, synth_end)
+            elif self._early is not None and (early := await self._early.take(clause)) is not None:
+                pcm, synth_start, synth_end = early  # started on the chunker's guess
             else:
                 try:
                     pcm, synth_start, synth_end = await asyncio.to_thread(self._synthesize, clause)

@@ -49,6 +49,7 @@ from tts.chunker import ClauseChunker
 from vad.base import TurnModel
 from vad.end_of_turn import Cue, EndOfTurnPolicy, transcript_cue
 from voice_pipeline.config import ASRConfig, TurnConfig
+from voice_pipeline.conversation.early_chunk import EarlyChunk
 from voice_pipeline.conversation.speculation import (
     HeldAudio,
     PrefetchedStream,
@@ -325,28 +326,24 @@ class Utterance:
         token earlier, on the chunker's guess (:meth:`ClauseChunker.tentative`). A wrong guess
         (``It costs 3.`` + ``5``) is wasted audio; the real chunk is then synthesized."""
         chunker = ClauseChunker.of(self._prefetch_settings.tts)
-        early: tuple[str, asyncio.Task[HeldAudio | None]] | None = None
         first: str | None = None
         held: HeldAudio | None = None
         async with asyncio.TaskGroup() as tg:  # waits for a guess that lost, never sends it
+            early: EarlyChunk[HeldAudio] = EarlyChunk(tg.create_task, self._synthesize_ahead)
             stream = buffer.stream()
             try:
                 async with contextlib.aclosing(stream):
                     async for delta in stream:
-                        first = next(iter(chunker.push(delta.text)), None)
-                        if first is not None:
+                        if (first := next(iter(chunker.push(delta.text)), None)) is not None:
                             break
-                        if early is None and (guess := chunker.tentative()) is not None:
-                            early = (guess, tg.create_task(self._synthesize_ahead(guess)))
+                        early.offer(chunker)
                     else:
                         first = next(iter(chunker.flush()), None)
             except Exception:
                 first = None  # the request failed: the reply will say so
-            if early is not None and early[0] == first:
-                held = await early[1]
-            elif first is not None:
-                held = await self._synthesize_ahead(first)
-        if early is not None and early[0] != first and (lost := early[1].result()) is not None:
+            if first is not None:
+                held = await early.take(first) or await self._synthesize_ahead(first)
+        if (lost := early.lost()) is not None:
             self.speculation.wasted_audio_s += lost.seconds
         if held is None or not held.pcm.size:
             return
