@@ -193,8 +193,8 @@ class ClauseChunker:
 
         A clause that ends at punctuation, before a number or after 2N words is only known once
         the next token shows what follows; this says what it will be if that is an ordinary
-        boundary, so its synthesis can start one token early (the speculative reply's first
-        chunk, :mod:`voice_pipeline.conversation.utterance`). Pure: the chunker is unchanged.
+        boundary, so its synthesis can start one token early (a reply's first chunk,
+        :mod:`voice_pipeline.conversation.early_chunk`). Pure: the chunker is unchanged.
         """
         probe = copy.deepcopy(self)
         clause = next(iter(probe.push(_PROBE)), None)

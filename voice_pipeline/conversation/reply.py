@@ -113,7 +113,7 @@ class Reply:
         #: tokens, prefill ms); the session copies it into the ledger (TurnLedger.llm_request)
         self.llm_first: LLMDelta | None = None
         self.audio_synthesized_s = 0.0
-        self.clauses_cut = 0  # the reply's own clauses cut from the LLM's text so far
+        self._clauses_cut = 0  # the reply's own clauses cut from the LLM's text so far
         self.request_id = f"reply-{id(self)}-{turn_id}"
         self.failed_stage: FailedStage | None = None  # "llm" or "tts" once a stage has raised
         self.filler_samples = 0  # samples of the filler, which plays before the first clause
@@ -295,7 +295,7 @@ class Reply:
                         self.speaker.show()
                 for clause in chunker.push(delta.text) if speak else ():
                     await self._clause(clause, span, llm_start, out)
-                if self._early is not None and not self.clauses_cut:
+                if self._early is not None and not self._clauses_cut:
                     self._early.offer(chunker)
                 if self.token_limit:
                     break
@@ -312,7 +312,7 @@ class Reply:
         return made, text
 
     async def _clause(self, clause: str, span: Span, llm_start: int, out: ClauseQueue) -> None:
-        self.clauses_cut += 1
+        self._clauses_cut += 1
         self._compute(span, llm_start, self._clock())  # the first one counts
         self._mark(Mark.FIRST_CLAUSE, self._clock())
         self._first_clause_queued()
