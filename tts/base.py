@@ -7,6 +7,8 @@ it is complete, in a worker thread, while earlier clauses play.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -23,3 +25,22 @@ class TTS(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HeadFirst:
+    """A chunk's audio in two parts (:mod:`tts.head_first`): ``head`` now, ``rest()``
+    (blocking; call it from a thread) for the remainder."""
+
+    head: NDArray[np.int16]
+    #: None: ``head`` is the whole chunk
+    rest: Callable[[], NDArray[np.int16]] | None = None
+    #: about what ``rest()`` will return, in samples (before its trailing silence is trimmed)
+    rest_samples: int = 0
+
+
+def synthesize_head(tts: TTS, text: str) -> HeadFirst:
+    """``text`` with its first fraction of a second ready first, if the engine can
+    (``synthesize_head``, as :class:`tts.piper.PiperTTS`); else the whole chunk at once."""
+    head_first: Callable[[str], HeadFirst] | None = getattr(tts, "synthesize_head", None)
+    return head_first(text) if head_first is not None else HeadFirst(tts.synthesize(text))

@@ -12,6 +12,11 @@ spoken clause by clause drag; each chunk is trimmed to at most
 ``cfg.max_trailing_silence_ms`` of trailing and :data:`LEADING_SILENCE_MS` of
 leading silence (frames below :data:`SILENCE_FLOOR_DBFS` count as silence).
 
+A reply's first chunk can be synthesized head first (``tts.head_first``,
+:meth:`PiperTTS.synthesize_head`): the voice's graph is also loaded as its two halves, the
+front and the HiFi-GAN decoder (:mod:`tts.head_first`), and the first ~0.28 s is decoded
+and sent before the rest.
+
 Thread safety: ``InferenceSession.run`` may be called from several threads at
 once (onnxruntime guarantees it), and Piper guards its espeak-ng phonemizer with
 a module lock, so :meth:`PiperTTS.synthesize` needs no lock of its own.
@@ -20,13 +25,17 @@ a module lock, so :meth:`PiperTTS.synthesize` needs no lock of its own.
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from tts.base import HeadFirst
+from tts.head_first import HEAD_FRAMES, HeadDecoder, head_gain, split_voice, worth_cutting
 from tts.text import is_speakable, strip_symbols
 from voice_pipeline.errors import ClosedError, MissingPackageError, ModelError
 
@@ -50,6 +59,11 @@ LEADING_SILENCE_MS = 5
 SILENCE_FLOOR_DBFS = -50.0
 _FRAME_MS = 5
 _FADE_MS = 2
+log = logging.getLogger(__name__)
+#: what the voice's reference peak is measured on (:mod:`tts.head_first`), noise off
+CALIBRATION = ("Hello there.", "The capital of France is Paris.", "Sure, here's a simple guide.")
+#: longer than any chunk: no silence trimmed at that edge
+_NO_TRIM_MS = 3_600_000
 
 
 def voice_name(voice_path: str | Path) -> str:
@@ -70,8 +84,7 @@ class PiperTTS:
             raise ModelError(f"Piper voice not found: {voice_path}")
         if not config_path.is_file():
             raise ModelError(
-                f"Piper voice config not found: {config_path} "
-                f"(it must sit beside {voice_path.name})"
+                f"Piper voice config not found: {config_path} (it must sit beside {voice_path.name})"
             )
         if cfg.threads < 1:
             raise ModelError(f"tts.threads must be >= 1, got {cfg.threads}")
@@ -94,9 +107,7 @@ class PiperTTS:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         model: str | bytes = conv2d_model(voice_path) if cfg.conv2d else str(voice_path)
         try:
-            session = ort.InferenceSession(
-                model, sess_options=options, providers=["CPUExecutionProvider"]
-            )
+            session = ort.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise ModelError(f"cannot load Piper voice {voice_path}: {exc}") from exc
 
@@ -104,6 +115,19 @@ class PiperTTS:
         self.voice = voice_name(voice_path)
         self.sample_rate_hz: int = int(voice_config.sample_rate)
         self._max_trailing_ms = max(0, cfg.max_trailing_silence_ms)
+        c = voice_config
+        self._scales = np.array([c.noise_scale, c.length_scale, c.noise_w_scale], dtype=np.float32)
+        self._head: HeadDecoder | None = None
+        self._reference_peak = 1.0
+        if cfg.head_first and c.num_speakers <= 1:
+            self._head = _head_decoder(
+                model,
+                lambda graph: ort.InferenceSession(
+                    graph, sess_options=options, providers=["CPUExecutionProvider"]
+                ),
+            )
+            if self._head is not None:
+                self._reference_peak = self._measure_reference_peak()
         self.synthesize("Hello.")  # warm-up: espeak-ng init and first ORT run (~+60 ms)
 
     def synthesize(self, text: str) -> NDArray[np.int16]:
@@ -127,9 +151,109 @@ class PiperTTS:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(chunks)
 
+    def synthesize_head(self, text: str) -> HeadFirst:
+        """``text``'s audio with its first ~0.28 s ready before the rest is decoded
+        (:mod:`tts.head_first`): ``head`` now, ``rest()`` (blocking) for the remainder.
+        The whole chunk in ``head`` when it is short, or the voice cannot be cut."""
+        voice = self._voice
+        if voice is None:
+            raise ClosedError("PiperTTS")
+        decoder = self._head
+        if decoder is None:
+            return HeadFirst(self.synthesize(text))
+        text = strip_symbols(text)
+        sentences = [p for p in voice.phonemize(text) if p] if is_speakable(text) else []
+        if not sentences:
+            return HeadFirst(np.zeros(0, dtype=np.int16))
+        z = decoder.latent(self._feeds(voice.phonemes_to_ids(sentences[0]), self._scales))
+        later = sentences[1:]
+        if not worth_cutting(z.shape[-1]):
+            first = self._trim(_to_int16(_normalized(decoder.decode(z))))
+            return HeadFirst(np.concatenate([first, *(self._sentence(p) for p in later)]))
+        raw = decoder.head(z)
+        gain = head_gain(float(np.max(np.abs(raw))), self._reference_peak)
+        head = self._trim(_to_int16(raw * gain), trail_ms=_NO_TRIM_MS)
+
+        def rest() -> NDArray[np.int16]:
+            tail = self._trim(_to_int16(decoder.rest(z) * gain), lead_ms=_NO_TRIM_MS)
+            return np.concatenate([tail, *(self._sentence(p) for p in later)])
+
+        if not head.size:  # the head was silence: no head start to give
+            return HeadFirst(self._trim(rest()))
+        per_frame = len(raw) // HEAD_FRAMES
+        return HeadFirst(head, rest, (z.shape[-1] - HEAD_FRAMES) * per_frame)
+
+    def _feeds(self, ids: list[int], scales: NDArray[np.float32]) -> dict[str, NDArray[Any]]:
+        return {
+            "input": np.array([ids], dtype=np.int64),
+            "input_lengths": np.array([len(ids)], dtype=np.int64),
+            "scales": scales,
+        }
+
+    def _sentence(self, phonemes: list[str]) -> NDArray[np.int16]:
+        """One more sentence, as :meth:`synthesize` makes it (Piper scales it to a peak of 1)."""
+        voice = self._voice
+        if voice is None:
+            raise ClosedError("PiperTTS")
+        audio = np.asarray(voice.phoneme_ids_to_audio(voice.phonemes_to_ids(phonemes)), dtype=np.float32)
+        return self._trim(_to_int16(_normalized(audio)))
+
+    def _trim(
+        self, pcm: NDArray[np.int16], *, lead_ms: int = LEADING_SILENCE_MS, trail_ms: int | None = None
+    ) -> NDArray[np.int16]:
+        trail = self._max_trailing_ms if trail_ms is None else trail_ms
+        return trim_silence(pcm, self.sample_rate_hz, lead_ms=lead_ms, trail_ms=trail)
+
+    def _measure_reference_peak(self) -> float:
+        """The voice's raw peak on :data:`CALIBRATION`, noise off (:func:`tts.head_first.head_gain`)."""
+        voice, decoder = self._voice, self._head
+        assert voice is not None and decoder is not None
+        quiet = self._scales.copy()
+        quiet[0] = quiet[2] = 0.0
+        peaks = [
+            float(
+                np.max(np.abs(decoder.decode(decoder.latent(self._feeds(voice.phonemes_to_ids(p), quiet)))))
+            )
+            for text in CALIBRATION
+            for p in voice.phonemize(text)
+            if p
+        ]
+        return max(peaks, default=1.0)
+
     def close(self) -> None:
-        """Release the ONNX session. Idempotent."""
+        """Release the ONNX sessions. Idempotent."""
         self._voice = None
+        self._head = None
+
+
+def _head_decoder(model: str | bytes, make_session: Callable[[bytes], Any]) -> HeadDecoder | None:
+    """The voice's front and decoder as two sessions (:mod:`tts.head_first`); None (logged)
+    if its graph cannot be cut there."""
+    try:
+        import onnx
+    except ImportError as exc:
+        raise MissingPackageError("onnx") from exc
+    graph = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
+    parts = split_voice(graph)
+    if parts is None:
+        log.info("tts.head_first: this voice's graph has no decoder to cut; whole chunks only")
+        return None
+    try:
+        return HeadDecoder(*parts, make_session=make_session)
+    except Exception as exc:  # onnxruntime raises its own untyped errors
+        raise ModelError(f"cannot load the two halves of the Piper voice: {exc}") from exc
+
+
+def _normalized(audio: NDArray[np.float32]) -> NDArray[np.float32]:
+    """Piper's own scaling of a sentence (``normalize_audio``): to a peak of 1."""
+    peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+    return audio / peak if peak >= 1e-8 else np.zeros_like(audio)
+
+
+def _to_int16(audio: NDArray[np.float32]) -> NDArray[np.int16]:
+    """As Piper's ``audio_int16_array``: clipped to [-1, 1], then scaled."""
+    clipped = np.clip(audio, -1.0, 1.0)
+    return np.clip(clipped * 32767.0, -32767.0, 32767.0).astype(np.int16)
 
 
 def conv2d_model(voice_path: Path) -> str | bytes:

@@ -189,6 +189,8 @@ class TTSConfig:
     #: run the voice's 1-D convolutions as 2-D ones (tts/conv2d.py: onnxruntime's blocked
     #: kernels, the same audio, Piper ~20 % faster; costs ~0.5 s more at load)
     conv2d: bool = True
+    #: a reply's first chunk: its first ~0.28 s decoded and sent before the rest (tts/head_first.py)
+    head_first: bool = True
     #: trailing silence Piper appends per chunk is trimmed to at most this
     max_trailing_silence_ms: int = 120
 
