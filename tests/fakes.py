@@ -43,6 +43,7 @@ from llm.base import (
     PrefillResult,
     ToolOffer,
 )
+from tts.base import HeadFirst
 from voice_pipeline.conversation.session import Session
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
@@ -392,6 +393,35 @@ class FakeTTS:
 
     def close(self) -> None:
         self.closed = True
+
+
+class HeadFirstTTS(FakeTTS):
+    """A FakeTTS that also synthesizes head first (as PiperTTS, ``tts.head_first``): the
+    first quarter of the tone now, the rest when ``rest()`` is called. ``calls`` says in
+    which order: ("whole" | "head" | "rest", text), and ``rest_at`` when each rest began."""
+
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+        self.clock = clock
+        self.rest_at: list[int] = []
+
+    def synthesize(self, text: str) -> NDArray[np.int16]:
+        self.calls.append(("whole", text))
+        return super().synthesize(text)
+
+    def synthesize_head(self, text: str) -> HeadFirst:
+        self.calls.append(("head", text))
+        pcm = super().synthesize(text)
+        cut = len(pcm) // 4
+
+        def rest() -> NDArray[np.int16]:
+            self.calls.append(("rest", text))
+            if self.clock is not None:
+                self.rest_at.append(self.clock())
+            return pcm[cut:]
+
+        return HeadFirst(pcm[:cut], rest, len(pcm) - cut)
 
 
 # ---------------------------------------------------------------- transport

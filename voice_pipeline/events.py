@@ -72,8 +72,9 @@ class ReplyStarted:
 @dataclass(frozen=True, slots=True)
 class ClauseSynthesized:
     """Reply audio goes to the listener next: a clause of ``text`` (``""`` for a fixed
-    phrase, the filler or the apology, which are not the reply's words) of ``samples``
-    at the transport's output rate. The audio itself follows through ``play``."""
+    phrase, the filler or the apology, which are not the reply's words, and for the rest of
+    a first clause sent head first, ``tts.head_first``) of ``samples`` at the transport's
+    output rate. The audio itself follows through ``play``."""
 
     turn_id: int
     t_ns: int

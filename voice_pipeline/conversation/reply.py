@@ -30,22 +30,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from typing import TypeVar
 
-import numpy as np
-from numpy.typing import NDArray
-
-from llm.base import LLM, ChatMessage, LLMDelta, ToolCall, ToolOffer
-from tts.base import TTS
+from llm.base import ChatMessage, LLMDelta, ToolCall, ToolOffer
 from tts.chunker import ClauseChunker
 from voice_pipeline import events as ev
 from voice_pipeline.audio import resample_int16
-from voice_pipeline.config import TTSConfig
+from voice_pipeline.conversation.clause_audio import ClauseAudio, ReplyDeps, synthesize_clause
 from voice_pipeline.conversation.early_chunk import EarlyChunk
 from voice_pipeline.conversation.heard import SpokenClause, heard_text
-from voice_pipeline.conversation.phrases import Phrases, QueuedPhrase
+from voice_pipeline.conversation.phrases import QueuedPhrase
 from voice_pipeline.conversation.speaker import ReplySpeaker
-from voice_pipeline.conversation.speculation import HeldAudio, PrefetchedStream
+from voice_pipeline.conversation.speculation import PrefetchedStream
 from voice_pipeline.conversation.steering import ReplyOptions, ReplyRequest
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger.ledger import Mark
@@ -53,38 +49,17 @@ from voice_pipeline.ledger.records import FailedStage, Span
 from voice_pipeline.tools.calls import CallAssembler
 from voice_pipeline.tools.loop import ToolRound, another_round, exchange, next_offer, repeats
 from voice_pipeline.tools.runner import RoundRunner, ToolBox
-from voice_pipeline.transport import Transport
 
-__all__ = ["PrefetchedStream", "Reply", "ReplyOptions", "ReplyRequest", "ReplySpeaker"]
+__all__ = ["PrefetchedStream", "Reply", "ReplyDeps", "ReplyOptions", "ReplyRequest", "ReplySpeaker"]
+
+T = TypeVar("T")
 
 MarkFn = Callable[[Mark, int], None]
 #: records a model's compute span on the critical path: (name, start_ns, end_ns)
 ComputeFn = Callable[[Span, int, int], None]
-SleepUntil = Callable[[int], Awaitable[None]]
 #: what the reply's generating side hands its speaking side: a clause to synthesize, a
 #: fixed phrase to play, or None (the end)
 ClauseQueue = asyncio.Queue[str | QueuedPhrase | None]
-#: a clause's audio and when its synthesis ran (clock ns, stamped in its worker thread)
-Synthesized = tuple[NDArray[np.int16], int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class ReplyDeps:
-    """What every reply of a session runs on, and the three settings it reads -- nothing
-    else of the :class:`~voice_pipeline.config.Config` or the engines (the session cuts
-    them out: :func:`voice_pipeline.conversation.wiring.reply_deps`)."""
-
-    llm: LLM
-    tts: TTS
-    transport: Transport
-    clock: Callable[[], int]
-    sleep_until: SleepUntil
-    phrases: Phrases
-    max_tokens: int  # llm.max_tokens
-    tts_cfg: TTSConfig  # how the reply is cut into chunks
-    filler_text: str  # dialogue.filler_text
-    #: the session's server-side tools (dialogue.tools); None: none, or the client's own
-    tools: ToolBox | None = None
 
 
 class Reply:
@@ -121,7 +96,7 @@ class Reply:
         self._filler_task: asyncio.Task[None] | None = None
         self._llm_error: Exception | None = None
         self._prefetched: PrefetchedStream | None = None
-        self._early: EarlyChunk[Synthesized] | None = None  # the first clause, on a guess
+        self._early: EarlyChunk[ClauseAudio] | None = None  # the first clause, on a guess
         #: the function calls the LLM made in this reply (complete once it is generated)
         self.tool_calls: tuple[ToolCall, ...] = ()
         #: the rounds of server-side calls run (voice_pipeline/tools/loop.py)
@@ -162,7 +137,7 @@ class Reply:
                 if options.speak and filler_at_ns is not None and self._deps.filler_text:
                     self._filler_task = tg.create_task(self._filler(filler_at_ns, clauses))
             if self._early is not None and (lost := self._early.lost()):  # a wrong guess: wasted
-                self.audio_synthesized_s += len(lost[0]) / self._deps.tts.sample_rate_hz
+                self.audio_synthesized_s += len(lost.pcm) / self._deps.tts.sample_rate_hz
             if self._llm_error is not None:
                 raise self._llm_error  # after its complete clauses were spoken
             self._transport.emit(
@@ -339,30 +314,30 @@ class Reply:
         """The calls run and their results, as they stand (what enters the history)."""
         return exchange(self.tool_rounds)
 
-    async def _held(self, clause: str) -> HeldAudio | None:
+    async def _held(self, clause: str) -> ClauseAudio | None:
         """The held audio of the first clause, if this reply was released from a speculative
         one that synthesized exactly this clause ahead."""
         prefetched = self._prefetched
         if prefetched is None or self.clauses:
             return None
         held = await prefetched.held_audio(clause)
-        return held if held is not None and held.sample_rate_hz == self._deps.tts.sample_rate_hz else None
+        if held is None or held.sample_rate_hz != self._deps.tts.sample_rate_hz:
+            return None
+        self._mark(Mark.AUDIO_HELD, held.end_ns)
+        return ClauseAudio(held.pcm, held.start_ns, held.end_ns, held.rest, held.rest_samples)
 
-    def _synthesize(self, text: str) -> Synthesized:
-        """Piper on one clause, in a worker thread, stamped there (its compute span)."""
-        start = self._clock()
-        pcm = self._deps.tts.synthesize(text)
-        return pcm, start, self._clock()
+    def _synthesize(self, text: str, *, first: bool) -> ClauseAudio:
+        """Piper on one clause, in a worker thread (the reply's first head first)."""
+        head_first = first and self._deps.tts_cfg.head_first
+        return synthesize_clause(self._deps.tts, text, self._clock, head_first=head_first)
 
-    async def _synthesize_guess(self, text: str) -> Synthesized | None:
+    async def _synthesize_guess(self, text: str) -> ClauseAudio | None:
         """The first clause on a guess (:class:`EarlyChunk`); None on failure (synthesized again)."""
         with contextlib.suppress(Exception):
-            return await asyncio.to_thread(self._synthesize, text)
+            return await asyncio.to_thread(self._synthesize, text, first=True)
         return None
 
     async def _speak(self, clauses: ClauseQueue) -> None:
-        tts = self._deps.tts
-        out_rate = self._transport.output_rate_hz
         while (clause := await clauses.get()) is not None:
             if isinstance(clause, QueuedPhrase):
                 if clause.inline:
@@ -373,27 +348,40 @@ class Reply:
                 await self.speaker.add(clause.pcm)
                 self._mark(Mark.FILLER_SENT, self._clock())
                 continue
-            held = await self._held(clause)
-            if held is not None:  # a speculative reply's first chunk, synthesized before the endpoint
-                pcm, synth_start, synth_end = held.pcm, held.start_ns, held.end_ns
-                self._mark(Mark.AUDIO_HELD, synth_end)
-            elif self._early is not None and (early := await self._early.take(clause)) is not None:
-                pcm, synth_start, synth_end = early  # started on the chunker's guess
-            else:
-                try:
-                    pcm, synth_start, synth_end = await asyncio.to_thread(self._synthesize, clause)
-                except Exception:
-                    self.failed_stage = self.failed_stage or FailedStage.TTS
-                    raise
-            if pcm.size == 0:
-                continue
-            self._compute(Span.TTS, synth_start, synth_end)  # the first clause's counts
-            self._mark(Mark.TTS_FIRST_AUDIO, self._clock())
-            pcm = resample_int16(pcm, tts.sample_rate_hz, out_rate)
-            self.audio_synthesized_s += len(pcm) / out_rate
-            self.clauses.append(SpokenClause(clause, len(pcm)))
-            self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), clause, len(pcm)))
-            await self.speaker.add(pcm)
-            if not self.speaker.holding:
-                self._mark(Mark.FIRST_AUDIO_SENT, self._clock())
+            # a speculative reply's first chunk synthesized before the endpoint, or one started
+            # on the chunker's guess, or synthesized now
+            audio = await self._held(clause)
+            if audio is None and self._early is not None:
+                audio = await self._early.take(clause)
+            if audio is None:
+                audio = await self._tts(asyncio.to_thread(self._synthesize, clause, first=not self.clauses))
+            if audio.pcm.size:
+                self._compute(Span.TTS, audio.start_ns, audio.end_ns)  # the first clause's counts
+                self._mark(Mark.TTS_FIRST_AUDIO, self._clock())
+                await self._send(clause, audio)
         self._mark(Mark.LAST_AUDIO_SENT, self._clock())
+
+    async def _tts(self, synthesis: Awaitable[T]) -> T:
+        """``synthesis``'s result; if it raises, the reply failed in TTS."""
+        try:
+            return await synthesis
+        except Exception:
+            self.failed_stage = self.failed_stage or FailedStage.TTS
+            raise
+
+    async def _send(self, clause: str, audio: ClauseAudio) -> None:
+        """A clause's audio to the speaker; head first, the rest once decoded (the head plays)."""
+        rate, out_rate = self._deps.tts.sample_rate_hz, self._transport.output_rate_hz
+        pcm = resample_int16(audio.pcm, rate, out_rate)
+        self.audio_synthesized_s += len(pcm) / out_rate
+        self.clauses.append(SpokenClause(clause, len(pcm) + round(audio.rest_samples * out_rate / rate)))
+        self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), clause, len(pcm)))
+        await self.speaker.add(pcm)
+        if not self.speaker.holding:
+            self._mark(Mark.FIRST_AUDIO_SENT, self._clock())
+        if audio.rest is not None:
+            rest = resample_int16(await self._tts(asyncio.to_thread(audio.rest)), rate, out_rate)
+            self.audio_synthesized_s += len(rest) / out_rate
+            self.clauses[-1] = SpokenClause(clause, len(pcm) + len(rest))
+            self._transport.emit(ev.ClauseSynthesized(self.turn_id, self._clock(), "", len(rest)))
+            await self.speaker.add(rest)

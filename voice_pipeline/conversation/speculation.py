@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,10 @@ class HeldAudio:
     #: when the synthesis ran (clock ns, stamped in its thread: the ledger's TTS span)
     start_ns: int
     end_ns: int
+    #: head first (``tts.head_first``): ``pcm`` is the head, ``rest()`` decodes the remainder
+    #: (blocking; only once released), about ``rest_samples`` long
+    rest: Callable[[], NDArray[np.int16]] | None = None
+    rest_samples: int = 0
 
     @property
     def seconds(self) -> float:

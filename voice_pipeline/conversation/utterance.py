@@ -49,6 +49,7 @@ from tts.chunker import ClauseChunker
 from vad.base import TurnModel
 from vad.end_of_turn import Cue, EndOfTurnPolicy, transcript_cue
 from voice_pipeline.config import ASRConfig, TurnConfig
+from voice_pipeline.conversation.clause_audio import synthesize_clause
 from voice_pipeline.conversation.early_chunk import EarlyChunk
 from voice_pipeline.conversation.speculation import (
     HeldAudio,
@@ -355,12 +356,11 @@ class Utterance:
 
     async def _synthesize_ahead(self, text: str) -> HeldAudio | None:
         """``text`` synthesized in a worker thread, stamped with when it ran; None on failure."""
-        tts = self._engines.tts
+        tts, head_first = self._engines.tts, self._prefetch_settings.tts.head_first
 
         def run() -> HeldAudio:
-            start = self._clock()
-            pcm = tts.synthesize(text)
-            return HeldAudio(text, pcm, tts.sample_rate_hz, start, self._clock())
+            a = synthesize_clause(tts, text, self._clock, head_first=head_first)
+            return HeldAudio(text, a.pcm, tts.sample_rate_hz, a.start_ns, a.end_ns, a.rest, a.rest_samples)
 
         try:
             return await asyncio.to_thread(run)
