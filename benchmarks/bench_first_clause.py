@@ -1,7 +1,7 @@
 """First clause and Piper's pauses: how short a first chunk can be before speech gets choppy.
 
     .venv/bin/python benchmarks/bench_first_clause.py [--words 4] [--first 0 2 3 4]
-        [--trail-ms 120] [--synth-scale 1 2]
+        [--trail-ms 120] [--synth-scale 1 2] [--head-first 0 1]
 
 For each question: the real LLM reply is streamed once (token arrival times recorded),
 then for every ``tts.min_clause_words`` (``--words``) and ``tts.first_chunk_words``
@@ -14,6 +14,9 @@ synthesis running one clause at a time) and the end of clause k-1. Printed per s
 
 * first audio after the first token (ms): what the first clause costs the listener;
 * the first clause's words and audio length;
+* ``head`` 1: the first clause synthesized head first (``tts.head_first``, :mod:`tts.head_first`):
+  its first ~0.28 s plays once decoded, the rest is decoded while it plays (an underrun if
+  the rest is not ready when the head ends);
 * underruns: the listener waits for audio in the middle of the reply (choppy), count
   and total ms, beyond Piper's own trailing silence;
 * the gap between chunks: for each chunk after the first, when its audio was ready minus
@@ -89,6 +92,7 @@ def simulate(
     first_words: int = 0,
     synth_scale: float = 1.0,
     verbose: bool = False,
+    head_first: bool = False,
 ) -> dict[str, float]:
     from tts.chunker import ClauseChunker
 
@@ -108,6 +112,18 @@ def simulate(
     mid_trails: list[float] = []
     first_count = first_len = 0.0
     for i, (ready_t, clause) in enumerate(clauses):
+        if head_first and i == 0 and (parts := head_and_rest(tts, clause, cache)) is not None:
+            (head, head_ms), (rest, rest_ms) = parts
+            start_synth = max(ready_t, synth_free)
+            first_audio = start_synth + head_ms * synth_scale  # the head plays as soon as it is ready
+            synth_free = first_audio + rest_ms * synth_scale  # the rest is decoded while it plays
+            head_end = first_audio + len(head) / rate * 1000
+            if synth_free > head_end:
+                underruns.append(synth_free - head_end)
+            gaps.append(synth_free - head_end)
+            first_count, first_len = len(clause.split()), (len(head) + len(rest)) / rate * 1000
+            play_end = max(synth_free, head_end) + len(rest) / rate * 1000
+            continue
         if clause not in cache:
             t0 = time.perf_counter()
             pcm = tts.synthesize(clause)
@@ -146,6 +162,24 @@ def simulate(
     }
 
 
+def head_and_rest(
+    tts: Any, clause: str, cache: dict[str, tuple[np.ndarray, float]]
+) -> tuple[tuple[np.ndarray, float], tuple[np.ndarray, float]] | None:
+    """``clause`` synthesized head first (``tts.head_first``): (head, its ms), (rest, its ms);
+    None if it comes whole (a short chunk)."""
+    if f"head:{clause}" not in cache:
+        t0 = time.perf_counter()
+        parts = tts.synthesize_head(clause)
+        cache[f"head:{clause}"] = (parts.head, (time.perf_counter() - t0) * 1000)
+        if parts.rest is not None:
+            t0 = time.perf_counter()
+            rest = parts.rest()
+            cache[f"rest:{clause}"] = (rest, (time.perf_counter() - t0) * 1000)
+    if f"rest:{clause}" not in cache:
+        return None
+    return cache[f"head:{clause}"], cache[f"rest:{clause}"]
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--words", type=int, nargs="+", default=[4], help="tts.min_clause_words values")
@@ -153,6 +187,7 @@ async def main() -> None:
     ap.add_argument("--trail-ms", type=int, nargs="+", default=[120])
     ap.add_argument("--synth-scale", type=float, nargs="+", default=[1.0, 2.0])
     ap.add_argument("--verbose", action="store_true", help="print the clauses of replies with underruns")
+    ap.add_argument("--head-first", type=int, nargs="+", default=[0, 1], help="tts.head_first values: 0, 1")
     args = ap.parse_args()
     from llm import build_llm
     from tts import build_tts
@@ -178,17 +213,18 @@ async def main() -> None:
     cache: dict[str, tuple[np.ndarray, float]] = {}
     print(f"machine: {tuning.cpu.label}; {tuning.settings_label()}")
     print(f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {len(QUESTIONS)} replies")
-    print(f"{'synth':>5}{'words':>6}{'first':>6}{'trail':>6}{'1st audio':>10}{'1st words':>10}{'1st len':>8}"
-          f"{'underruns':>10}{'under ms':>9}{'gap p50':>8}{'gap max':>8}{'mid trail':>10}")  # fmt: skip
+    print(f"{'synth':>5}{'words':>6}{'first':>6}{'head':>5}{'trail':>6}{'1st audio':>10}{'1st words':>10}"
+          f"{'1st len':>8}{'underruns':>10}{'under ms':>9}{'gap p50':>8}{'gap max':>8}"
+          f"{'mid trail':>10}")  # fmt: skip
     for scale in args.synth_scale:
         for words in args.words:
             for first in args.first:
-                for trail in args.trail_ms:
-                    setting = (trail, cache, first, scale, args.verbose)
+                for trail, head in ((t, h) for t in args.trail_ms for h in args.head_first):
+                    setting = (trail, cache, first, scale, args.verbose, bool(head))
                     rows = [simulate(r, words, tts, *setting) for r in replies if r]
                     med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
                     print(
-                        f"{scale:>5.1f}{words:>6}{first:>6}{trail:>6}{med['first_audio_ms']:>10.0f}"
+                        f"{scale:>5.1f}{words:>6}{first:>6}{head:>5}{trail:>6}{med['first_audio_ms']:>10.0f}"
                         f"{med['first_words']:>10.0f}{med['first_audio_len_ms']:>8.0f}"
                         f"{sum(row['underruns'] for row in rows):>10.0f}"
                         f"{sum(row['underrun_ms'] for row in rows):>9.0f}{med['worst_gap_ms']:>8.0f}"

@@ -19,6 +19,8 @@ modes interleaved question by question so that load on the machine hits both ali
   off: its 1-D convolutions as they are, not as 2-D ones; a second engine).
 * ``no-guess`` -- the defaults, but the held first chunk's synthesis waits for the token
   that cuts it (:meth:`tts.chunker.ClauseChunker.tentative` answers None during its turns).
+* ``whole-first`` -- the defaults, but the first chunk synthesized whole (``tts.head_first``
+  off), not its first ~0.28 s before the rest (:mod:`tts.head_first`).
 
 Per mode: voice-to-voice p50/p95 (ledger; it agrees with the wire within a frame),
 endpointing p50, when the words came back (p50, after the end of speech), how often the
@@ -72,6 +74,8 @@ def mode_config(base: Config, mode: str) -> Config:
             turn=dataclasses.replace(base.turn, model_start="words"),
             tts=dataclasses.replace(base.tts, first_chunk_words=0),
         )
+    if mode == "whole-first":
+        return dataclasses.replace(base, tts=dataclasses.replace(base.tts, head_first=False))
     return base
 
 
