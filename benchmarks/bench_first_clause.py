@@ -114,6 +114,8 @@ def simulate(
     for i, (ready_t, clause) in enumerate(clauses):
         if head_first and i == 0 and (parts := head_and_rest(tts, clause, cache)) is not None:
             (head, head_ms), (rest, rest_ms) = parts
+            if not clause.rstrip("\"')]").endswith((".", "?", "!", "…")):
+                mid_trails.append(trailing_silence_ms(rest, rate))  # trimmed as any chunk's
             start_synth = max(ready_t, synth_free)
             first_audio = start_synth + head_ms * synth_scale  # the head plays as soon as it is ready
             synth_free = first_audio + rest_ms * synth_scale  # the rest is decoded while it plays
