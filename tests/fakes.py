@@ -405,6 +405,9 @@ class HeadFirstTTS(FakeTTS):
         self.calls: list[tuple[str, str]] = []
         self.clock = clock
         self.rest_at: list[int] = []
+        #: set: a rest is decoded at once; cleared, ``rest()`` waits for it
+        self.rest_gate = threading.Event()
+        self.rest_gate.set()
 
     def synthesize(self, text: str) -> NDArray[np.int16]:
         self.calls.append(("whole", text))
@@ -419,6 +422,7 @@ class HeadFirstTTS(FakeTTS):
             self.calls.append(("rest", text))
             if self.clock is not None:
                 self.rest_at.append(self.clock())
+            self.rest_gate.wait(10.0)
             return pcm[cut:]
 
         return HeadFirst(pcm[:cut], rest, len(pcm) - cut)

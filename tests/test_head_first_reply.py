@@ -87,3 +87,29 @@ async def test_head_first_off_synthesizes_every_chunk_whole() -> None:
         assert h.record(1).heard_text == REPLY
     finally:
         await h.session.aclose()
+
+
+async def test_an_interruption_while_the_head_plays_keeps_only_the_words_heard() -> None:
+    """The first clause counts as its head plus the rest it announced: the history keeps
+    what was played of it, not the whole clause, though its rest never came."""
+    h, tts = harness(base_config())
+    h.fakes.llm.reply = "The capital of France is Paris. It is a lovely city to visit."
+    first = first_chunk(h.fakes.llm.reply, h.cfg)
+    assert len(first.split()) >= 3, first
+    tts.rest_gate.clear()  # the rest is still being decoded when the user interrupts
+    head = tts.samples_for(first) // 4
+    try:
+        await h.driver.speak(0.5)
+        await h.driver.quiet_until(lambda: h.transport.played_samples(1) >= head, max_s=5.0)
+        assert h.transport.played_samples(1) == head  # all of the head, nothing after it
+        h.session.interrupt()
+        tts.rest_gate.set()
+        await h.driver.quiet_until(lambda: h.completed(1))
+        rec = h.record(1)
+        assert rec.interrupted
+        heard = rec.heard_text.split()
+        # a quarter of the clause's audio: its first word or so, not all of it
+        assert heard == first.split()[: len(heard)] and 0 < len(heard) < len(first.split()), rec.heard_text
+    finally:
+        tts.rest_gate.set()
+        await h.session.aclose()
