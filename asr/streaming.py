@@ -23,6 +23,9 @@ Audio appended after :meth:`speculate` is taken to be silence (the pause) unless
 Every decode hears the utterance with its long inner pauses shortened to
 ``asr.max_pause_ms`` (:mod:`asr.pauses`): a speaker who pauses mid-sentence is
 transcribed as one sentence, not as fragments.
+
+Sessions that share one engine share its :class:`asr.load.EngineLoad`: a partial starts
+only when no session's decode is on the engine (``asr.partials_on_idle_engine``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.base import ASREngine, Transcription
+from asr.load import EngineLoad
 from asr.local_agreement import LocalAgreement
 from asr.pauses import shorten_pauses
 from voice_pipeline.errors import AudioInputError, ClosedError, EngineError
@@ -85,12 +89,14 @@ def partial_due(
     *,
     decoding: bool,
     paused: bool,
+    engine_busy: bool = False,
 ) -> bool:
     """A partial decode is due when partials are enabled (``interval_samples > 0``), no
-    decode of this utterance is running, the user is not pausing (no valid speculative
-    final stands: the audio since is silence), and at least ``interval_samples`` of
-    audio arrived since the last partial."""
-    if interval_samples <= 0 or decoding or paused:
+    decode of this utterance is running, no decode of another session is on a shared
+    engine (``engine_busy``: a partial would queue ahead of their finals), the user is not
+    pausing (no valid speculative final stands: the audio since is silence), and at least
+    ``interval_samples`` of audio arrived since the last partial."""
+    if interval_samples <= 0 or decoding or paused or engine_busy:
         return False
     return buffered_samples - last_partial_samples >= interval_samples
 
@@ -128,6 +134,7 @@ class UtteranceTranscriber:
     ``executor`` runs the blocking decodes (``None``: the loop's default executor).
     ``clock`` returns monotonic nanoseconds (for ``waited_ms``); ``stamp`` is the clock the
     decodes' compute spans are stamped with, in the decoding thread (the session's clock).
+    ``load`` is the engine's load shared by every session on it (None: this one alone).
     """
 
     def __init__(
@@ -138,8 +145,10 @@ class UtteranceTranscriber:
         executor: Executor | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
         stamp: Callable[[], int] = time.monotonic_ns,
+        load: EngineLoad | None = None,
     ) -> None:
         self._engine = engine
+        self._load = load if load is not None else EngineLoad()
         self._stamp = stamp
         self._cfg = cfg
         self._executor = executor
@@ -195,6 +204,7 @@ class UtteranceTranscriber:
             self._interval_samples,
             decoding=self._decoding(),
             paused=speculation_usable(self._speculation, self._utterance),
+            engine_busy=self._cfg.partials_on_idle_engine and self._load.busy,
         )
 
     # ------------------------------------------------------------ partials
@@ -353,12 +363,23 @@ class UtteranceTranscriber:
         max_pause_s = self._cfg.max_pause_ms / 1000
         rate = self._engine.sample_rate_hz
 
-        def run() -> Decoded:
-            start = self._stamp()
-            result = self._engine.transcribe(shorten_pauses(audio, rate, max_pause_s))
-            return Decoded(result, start, self._stamp())
+        load = self._load
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+        def run() -> Decoded:
+            try:
+                start = self._stamp()
+                result = self._engine.transcribe(shorten_pauses(audio, rate, max_pause_s))
+                return Decoded(result, start, self._stamp())
+            finally:
+                load.end()
+
+        load.begin()
+        try:
+            future = asyncio.get_running_loop().run_in_executor(self._executor, run)
+        except BaseException:
+            load.end()  # never handed to a thread
+            raise
+        return await future
 
     def _spawn(self, coro: Coroutine[Any, Any, Decoded]) -> asyncio.Task[Decoded]:
         task = asyncio.get_running_loop().create_task(coro, name="asr-speculative-final")

@@ -14,6 +14,7 @@ import pytest
 from numpy.typing import NDArray
 
 from asr.base import Transcription
+from asr.load import EngineLoad
 from asr.streaming import (
     FinalTranscript,
     PartialTranscript,
@@ -104,6 +105,25 @@ def test_partial_due(
     assert partial_due(buffered, last, interval, decoding=decoding, paused=paused) is due
 
 
+def test_no_partial_is_due_while_another_session_decodes_on_the_engine() -> None:
+    assert partial_due(1000, 0, 500, decoding=False, paused=False, engine_busy=False)
+    assert not partial_due(1000, 0, 500, decoding=False, paused=False, engine_busy=True)
+
+
+def test_engine_load_counts_decodes_until_their_threads_return() -> None:
+    load = EngineLoad()
+    assert not load.busy
+    load.begin()
+    load.begin()
+    load.end()
+    assert load.busy
+    load.end()
+    assert not load.busy
+    load.end()  # never below zero
+    load.begin()
+    assert load.busy
+
+
 def _spec(utterance: int, valid: bool) -> Speculation:
     return Speculation(task=cast(Any, None), utterance=utterance, valid=valid)
 
@@ -172,6 +192,36 @@ async def test_partial_is_not_due_while_a_decode_runs(executor: ThreadPoolExecut
     assert await running is not None
     assert tr.partial_due
     await tr.aclose()
+
+
+async def test_a_partial_waits_for_another_sessions_final_on_a_shared_engine(
+    executor: ThreadPoolExecutor,
+) -> None:
+    engine = FakeEngine(growing, gated=True)
+    load = EngineLoad()
+    cfg = ASRConfig(partial_interval_ms=500)
+    speaking = UtteranceTranscriber(engine, cfg, executor=executor, load=load)
+    pausing = UtteranceTranscriber(engine, cfg, executor=executor, load=load)
+    pausing.start(ms(1000))
+    pausing.speculate()  # its final decode is on the engine
+    await wait_entered(engine)
+    speaking.start(ms(1000))
+    assert not speaking.partial_due  # it would queue ahead of the other session's final
+    assert await speaking.partial() is None
+    engine.gate.set()
+    assert (await pausing.final()).text == "what is"
+    assert speaking.partial_due  # the engine is idle again
+    assert await speaking.partial() is not None
+    # the gate off: the partial queues behind the other session's decode, as before
+    off = ASRConfig(partial_interval_ms=500, partials_on_idle_engine=False)
+    alone = UtteranceTranscriber(engine, off, executor=executor, load=load)
+    load.begin()
+    alone.start(ms(1000))
+    assert alone.partial_due
+    load.end()
+    for tr in (speaking, pausing, alone):
+        await tr.aclose()
+    assert not load.busy
 
 
 async def test_partial_of_a_replaced_utterance_is_dropped(executor: ThreadPoolExecutor) -> None:

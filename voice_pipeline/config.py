@@ -119,6 +119,10 @@ class ASRConfig:
     num_workers: int = 1
     #: decode the growing utterance this often for partial transcripts (0 = no partials)
     partial_interval_ms: int = 600
+    #: a partial decode starts only when no decode of any session is on the engine, so that
+    #: the decodes replies wait for never queue behind other sessions' partials (several
+    #: sessions on one machine; one session alone is unaffected)
+    partials_on_idle_engine: bool = True
     #: start the final decode as soon as the VAD hears silence, so the transcript is
     #: (usually) ready when the endpoint fires; redone if speech resumes
     speculative_final: bool = True

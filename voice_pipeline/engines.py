@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from asr.base import ASREngine
+from asr.load import EngineLoad
 from llm.base import LLM, ChatMessage
 from tts.base import TTS
 from vad.base import VAD, TurnModel
@@ -91,6 +92,8 @@ class Engines:
     telemetry: Telemetry | None = None
     #: the LLM's ms per generated token, measured by :meth:`warm_up` (None: not measured)
     llm_ms_per_token: float | None = None
+    #: the decodes on the ASR engine now, over every session (partials wait for an idle engine)
+    asr_load: EngineLoad = field(default_factory=EngineLoad)
 
     @classmethod
     def load(cls, cfg: Config, paths: ModelPaths, progress: Callable[[str], None]) -> Engines:

@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.base import ASREngine
+from asr.load import EngineLoad
 from asr.streaming import PartialTranscript, UtteranceTranscriber
 from llm.base import LLM, ChatMessage
 from tts.base import TTS
@@ -91,6 +92,8 @@ class UtteranceEngines:
     turn: TurnModel | None = None
     #: when the turn model runs, as chosen for this CPU (``Tuning.turn_model_start``; None: not tuned)
     turn_model_start: str | None = None
+    #: the decodes on ``asr`` now, over every session (None: this utterance's alone)
+    asr_load: EngineLoad | None = None
 
 
 class Utterance:
@@ -120,7 +123,7 @@ class Utterance:
         self._spawn = spawn
         self._on_evidence = on_evidence
         self._on_partial = on_partial
-        self.transcriber = UtteranceTranscriber(engines.asr, asr, stamp=clock)
+        self.transcriber = UtteranceTranscriber(engines.asr, asr, stamp=clock, load=engines.asr_load)
         self.paused = False  # the VAD hears a pause inside the utterance
         #: when the words / the sound of the last pause came back, and the turn model's time
         self.evidence_at = EvidenceTiming()

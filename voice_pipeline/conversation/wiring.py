@@ -42,7 +42,9 @@ __all__ = ["chunking", "kv_block_tokens", "reply_deps", "turn_settings", "uttera
 def utterance_engines(engines: Engines) -> UtteranceEngines:
     tuning = engines.tuning
     start = None if tuning is None else tuning.turn_model_start
-    return UtteranceEngines(engines.asr, engines.llm, engines.tts, engines.speculation, engines.turn, start)
+    return UtteranceEngines(
+        engines.asr, engines.llm, engines.tts, engines.speculation, engines.turn, start, engines.asr_load
+    )
 
 
 def chunking(engines: Engines, tts: TTSConfig) -> TTSConfig:

@@ -1,0 +1,36 @@
+"""How busy one ASR engine is, over every session that shares it.
+
+CTranslate2 runs one decode at a time, first come first served, so a partial decode that
+one session queues delays the speculative or final decode another session's reply waits
+for. :class:`asr.streaming.UtteranceTranscriber` counts its decodes here and starts a
+partial only when the count is zero (``asr.partials_on_idle_engine``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["EngineLoad"]
+
+
+class EngineLoad:
+    """How many decodes are on one ASR engine now, over every session that shares it.
+
+    Counted from the moment a decode is handed to its thread until the thread returns
+    (a cancelled wait does not stop the thread, so it still counts). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decodes = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._decodes > 0
+
+    def begin(self) -> None:
+        with self._lock:
+            self._decodes += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._decodes = max(0, self._decodes - 1)
