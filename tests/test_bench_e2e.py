@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from servers import running_server
+from speech import word_error_rate
 
 from voice_pipeline.cli import main
 from voice_pipeline.config import Config
@@ -97,6 +98,18 @@ async def test_two_callers_two_turns_one_interrupted(
     (follow,) = [t for t in turns if t["session"] == cut["session"] and t["turn"] == 1]
     assert follow["kind"] == "interruption" and follow["server_interrupted"] is False
     assert [t for t in turns if t["barge_in_stop_ms"] is not None] == [cut]
+    # two callers on one Whisper engine, their partials waiting for it to be idle: every
+    # question was still heard right, and no decode is left counted on the engine (a count
+    # that leaked would keep every later session's partials off)
+    for t in turns:
+        if t["kind"] == "question":
+            heard = " ".join(r["user_text"] for r in t["records"])
+            assert word_error_rate(t["text"], heard) <= 0.4, (t["text"], heard)
+    for _ in range(100):
+        if not engines.asr_load.busy:
+            break
+        await asyncio.sleep(0.1)
+    assert not engines.asr_load.busy
 
     client, server = step["summary"]["client"], step["summary"]["server"]
     assert client["voice_to_voice"]["n"] == 4 and client["voice_to_voice"]["p50"] > 0
