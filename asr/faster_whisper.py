@@ -57,6 +57,7 @@ grows with the tokens decoded (see :mod:`asr.fast_path`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,6 +86,8 @@ from voice_pipeline.errors import (
     MissingPackageError,
     ModelError,
 )
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from voice_pipeline.config import ASRConfig
@@ -203,7 +206,15 @@ class FasterWhisperASR:
         result = self.transcribe_window(audio)
         if result is not None:
             return result
+        fast_ms = (time.monotonic_ns() - t0) / 1e6
         full = self.transcribe_full(audio)
+        audio_s = full.audio_s
+        if audio_s + LEAD_IN_S <= self.window_max_s:  # it fitted: the guards rejected it
+            log.info(
+                "asr: the short window's decode of %.1f s was rejected after %.0f ms; "
+                "the full 30 s window took %.0f ms",
+                audio_s, fast_ms, full.decode_ms,
+            )  # fmt: skip
         return dataclasses.replace(full, decode_ms=(time.monotonic_ns() - t0) / 1e6)
 
     def choose_window(self, audio_s: float) -> float | None:

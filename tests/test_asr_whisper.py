@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ def test_short_question_takes_the_fast_path(fw_asr: FasterWhisperASR) -> None:
     assert word_error_rate(reference, full.text) <= 0.15, full.text
 
 
-def test_long_audio_takes_the_full_path(fw_asr: FasterWhisperASR) -> None:
+def test_long_audio_takes_the_full_path(fw_asr: FasterWhisperASR, caplog: pytest.LogCaptureFixture) -> None:
     sentences = [
         "Can you tell me what the weather will be like in London tomorrow morning?",
         "How long does it take to walk to the library from here?",
@@ -74,18 +75,23 @@ def test_long_audio_takes_the_full_path(fw_asr: FasterWhisperASR) -> None:
     audio = concat(*(part for s in sentences for part in (espeak(s), silence(0.4))))
     assert audio.size / RATE > fw_asr.window_max_s
     assert fw_asr.transcribe_window(audio) is None
-    result = fw_asr.transcribe(audio)
+    with caplog.at_level(logging.INFO, logger="asr.faster_whisper"):
+        result = fw_asr.transcribe(audio)
     assert word_error_rate(" ".join(sentences), result.text) <= 0.15, result.text
+    assert "rejected" not in caplog.text  # too long for the short window is not a rejection
 
 
 def test_degenerate_fast_decode_falls_back(
-    fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
+    fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     reference = "What is the capital of France?"
     audio = espeak(reference)
     monkeypatch.setattr(asr.window, "looks_degenerate", lambda text, audio_s, *, hit_max_length: True)
     assert fw_asr.transcribe_window(audio) is None
-    assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
+    with caplog.at_level(logging.INFO, logger="asr.faster_whisper"):
+        assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
+    # the fallback is said in the server's log: it explains a slow decode in the ledger
+    assert "short window's decode" in caplog.text and "rejected" in caplog.text
 
 
 def test_fast_decode_that_runs_out_of_tokens_falls_back(
