@@ -121,8 +121,7 @@ class ASRConfig:
     partial_interval_ms: int = 600
     #: a partial decode starts only when no decode of any session is on the engine, so that
     #: the decodes replies wait for never queue behind other sessions' partials (several
-    #: sessions on one machine; one session alone barely notices: only its own discarded
-    #: decode, still running in Whisper's thread, can hold a partial back)
+    #: sessions; one session barely notices: only its own discarded decode can hold one back)
     partials_on_idle_engine: bool = True
     #: start the final decode as soon as the VAD hears silence, so the transcript is
     #: (usually) ready when the endpoint fires; redone if speech resumes
