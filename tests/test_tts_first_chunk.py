@@ -52,12 +52,33 @@ def hear(tts: TTS, asr: ASREngine, text: str, *, head_first: bool = False) -> st
     return asr.transcribe(concat(silence(0.3), audio, silence(0.3))).text
 
 
+#: each chunk is synthesized and heard this many times, and its word error rate is the mean
+#: of theirs: Piper's synthesis is random from run to run, and one in eight single runs over
+#: these chunks heard two of them wrong at once ("This guy is blue", "That's like the sleet"),
+#: enough to move the total from 7 % to 16 %
+HEARINGS = 3
+
+
+def hearings(tts: TTS, asr: ASREngine, text: str, *, head_first: bool = False) -> list[str]:
+    """What Whisper makes of :data:`HEARINGS` syntheses of ``text`` (:func:`hear`)."""
+    return [hear(tts, asr, text, head_first=head_first) for _ in range(HEARINGS)]
+
+
+def mean_error(text: str, heard: list[str]) -> float:
+    return sum(word_error_rate(text, h) for h in heard) / len(heard)
+
+
+def some_word_heard(text: str, heard: list[str]) -> bool:
+    """Every hearing of ``text`` has at least one of its words."""
+    return all(set(normalize(text).split()) & set(normalize(h).split()) for h in heard)
+
+
 #: what an unset ``tts.first_chunk_words`` becomes: for a fast LLM and for a slow one
 CHOSEN = sorted({choose_first_chunk_words(None, ms) for ms in (10.0, 60.0)})
 
 
 def test_short_first_chunks_are_intelligible(piper: TTS, whisper: ASREngine) -> None:
-    """Every first chunk either choice cuts (each distinct chunk heard once)."""
+    """Every first chunk either choice cuts (each distinct chunk heard :data:`HEARINGS` times)."""
     cfg = TTSConfig()
     assert cfg.first_chunk_words is None and CHOSEN == [2, 3]  # the default: chosen, short
     old = [first_chunk(r, cfg.min_clause_words, 0) for r in REPLIES]
@@ -68,14 +89,14 @@ def test_short_first_chunks_are_intelligible(piper: TTS, whisper: ASREngine) -> 
         assert sum(len(c.split()) for c in short) < sum(len(c.split()) for c in old)
         assert all(len(s.split()) <= len(o.split()) for s, o in zip(short, old, strict=True))
         chunks.update(dict.fromkeys(short))
-    heard = {chunk: hear(piper, whisper, chunk) for chunk in chunks}
-    errors = {chunk: word_error_rate(chunk, text) for chunk, text in heard.items()}
+    heard = {chunk: hearings(piper, whisper, chunk) for chunk in chunks}
+    errors = {chunk: mean_error(chunk, texts) for chunk, texts in heard.items()}
     # Whisper hears every first chunk (some of its words, at least), and over all of them
     # the word error rate stays in the range of whole sentences (7 % measured for this
-    # voice on 10 sentences; 4-7 % here in three runs: "Bees" is sometimes "Please"; Piper's
-    # synthesis varies from run to run, and once in six "Cats like to sleep" was "That's
-    # like the sleet" too)
-    assert all(set(normalize(c).split()) & set(normalize(heard[c]).split()) for c in chunks), heard
+    # voice on 10 sentences; 3-7 % here: "Bees" is "Please" in most hearings; what varies
+    # from synthesis to synthesis, such as "Cats like to sleep" heard as "That's like the
+    # sleet", the mean of three hearings evens out)
+    assert all(some_word_heard(c, heard[c]) for c in chunks), heard
     words = sum(len(normalize(c).split()) for c in chunks)
     total = sum(e * len(normalize(c).split()) for c, e in errors.items()) / words
     assert total <= 0.15, (total, heard)
@@ -90,8 +111,11 @@ def test_first_chunks_said_head_first_are_intelligible(piper: TTS, whisper: ASRE
     chunks.update(dict.fromkeys(REPLIES[:4]))  # whole sentences too: long enough to be cut
     cut = [c for c in chunks if synthesize_head(piper, c).rest is not None]
     assert len(cut) >= 4, cut
-    heard = {chunk: hear(piper, whisper, chunk, head_first=True) for chunk in chunks}
-    assert all(set(normalize(c).split()) & set(normalize(heard[c]).split()) for c in chunks), heard
+    heard = {chunk: hearings(piper, whisper, chunk, head_first=True) for chunk in chunks}
+    assert all(some_word_heard(c, heard[c]) for c in chunks), heard
     words = sum(len(normalize(c).split()) for c in chunks)
-    total = sum(word_error_rate(c, heard[c]) * len(normalize(c).split()) for c in chunks) / words
+    total = sum(mean_error(c, heard[c]) * len(normalize(c).split()) for c in chunks) / words
+    # 7-11 % in eight runs, 7 % of it in every hearing: Whisper tiny.en writes "France is" as
+    # "Francis" and "Bees" as "Please" in the whole sentences, said whole or head first alike
+    # (20 hearings of each: WER 0.33 / 0.33 and 0.13 / 0.15; "Cats like to sleep" 0.09 / 0.15)
     assert total <= 0.15, (total, heard)
