@@ -8,7 +8,14 @@ espeak-ng (several voices) with a pause of each length between its phrases, and 
 complete question without one; each goes through the real pipeline (Silero, Whisper,
 the turn model, vLLM, Piper) in its own session, in real time, as from a microphone.
 Modes: ``old`` = the end of a turn decided by silence alone and no continuation (the
-behaviour before the semantic policy), ``new`` = the defaults.
+behaviour before the semantic policy), ``new`` = the defaults, ``nopatience`` = the
+defaults with ``turn.patience_ms: 0`` (a continued speaker's waits do not grow).
+
+``--conversation``: one session per voice and pause hears all the paused sentences one
+after another, each followed by ``--reply-gap`` seconds for its (short: 24 tokens at most)
+reply, as a user who pauses the same way all along. It prints the sentences with reply
+audio in a pause, the first of each session apart from the later ones: what patience is
+for (the later ones, after the speaker was seen to go on).
 
 Per paused sentence it counts the user turns the pipeline made of it: one is right;
 more is a premature end of turn (the speaker had more to say), whether or not the
@@ -71,6 +78,8 @@ def mode_config(base: Config, mode: str) -> Config:
         return dataclasses.replace(
             base, turn=dataclasses.replace(base.turn, semantic=False, continuation=False)
         )
+    if mode == "nopatience":
+        return dataclasses.replace(base, turn=dataclasses.replace(base.turn, patience_ms=0))
     return base
 
 
@@ -156,6 +165,55 @@ async def paused_set(
     }
 
 
+async def conversation_set(
+    engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], gap_s: float
+) -> dict[str, Any]:
+    """Each voice and pause: one session, every paused sentence in turn, ``gap_s`` after each."""
+    cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, max_tokens=min(cfg.llm.max_tokens, 24)))
+    gap = np.zeros(round(gap_s * RATE), np.float32)
+    first_over = later_over = sessions = later = extra_turns = undone = 0
+    t0 = time.monotonic()
+    for voice in voices:
+        for pause in pauses:
+            clips = [
+                paused_clip(
+                    lambda t, v=voice: espeak(t, voice=v), phrases, [pause] * (len(phrases) - 1), RATE
+                )
+                for phrases in PAUSED_SENTENCES
+            ]
+            starts, pos = [], LEAD_S
+            for clip in clips:
+                starts.append(pos)
+                pos += len(clip.samples) / RATE + gap_s
+            out = await run_one(engines, cfg, np.concatenate([x for c in clips for x in (c.samples, gap)]))
+            res = out["result"]
+            over = [
+                any(h > 0 for h in reply_heard_in_pauses(res.output, res.output_rate_hz, c, at))
+                for c, at in zip(clips, starts, strict=True)
+            ]
+            sessions += 1
+            later += len(clips) - 1
+            first_over += over[0]
+            later_over += sum(over[1:])
+            extra_turns += max(0, len(out["turns"]) - len(clips))
+            undone += out["continued"]
+            print(
+                f"[{mode}] {voice:9} pause {pause:.1f}s reply audio in a pause: "
+                f"{''.join('X' if o else '.' for o in over)} turns {len(out['turns'])} of {len(clips)} "
+                f"continued {out['continued']}",
+                flush=True,
+            )
+    return {
+        "conversation_sessions": sessions,
+        "first_sentences_with_reply_audio_in_a_pause": first_over,
+        "later_sentences_with_reply_audio_in_a_pause": later_over,
+        "later_sentences": later,
+        "turns_beyond_one_per_sentence": extra_turns,
+        "endpoints_undone_by_continuation": undone,
+        "seconds": round(time.monotonic() - t0),
+    }
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pauses", default="0.4,0.8,1.2", help="pause lengths (s), comma-separated")
@@ -168,6 +226,14 @@ async def main() -> None:
         help="voices of the complete questions (same in every mode)",
     )
     ap.add_argument("--skip-paused", action="store_true", help="only the complete questions (voice-to-voice)")
+    ap.add_argument(
+        "--conversation",
+        action="store_true",
+        help="the paused sentences one after another in one session per voice and pause",
+    )
+    ap.add_argument(
+        "--reply-gap", type=float, default=10.0, help="--conversation: seconds after each sentence"
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--config", type=Path, help="YAML config the modes start from (default: the defaults)")
     args = ap.parse_args()
@@ -185,7 +251,9 @@ async def main() -> None:
     for mode in modes:
         cfg = mode_config(base, mode)
         await run_one(engines, cfg, espeak(COMPLETE_QUESTIONS[0]))  # warm, not counted
-        if not args.skip_paused:
+        if args.conversation:
+            summaries[mode] = await conversation_set(engines, cfg, mode, voices, pauses, args.reply_gap)
+        elif not args.skip_paused:
             summaries[mode] = await paused_set(engines, cfg, mode, voices, pauses, base.vad.end_silence_ms)
         else:
             summaries[mode] = {}

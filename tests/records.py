@@ -55,7 +55,9 @@ def full_record(turn_id: int = 3, origin_ns: int = 0) -> TurnRecord:
         filler_ms=512.345,
         compute_ms={"endpoint_wait": 280.04, "asr_final": 40.06, "llm": 150.55, "tts": 99.95},
         overhead_ms=164.25,
-        end_of_turn=EndOfTurnRecord(Rule.UNSURE, 612.34, 600.0, 0.4567, Cue.COMPLETE, 80.04, 120.06, 33.33),
+        end_of_turn=EndOfTurnRecord(
+            Rule.UNSURE, 612.34, 600.0, 0.4567, Cue.COMPLETE, 80.04, 120.06, 33.33, patience_ms=350.0
+        ),
         continuations=1,
         discarded_tokens=9,
         discarded_audio_s=0.7505,

@@ -14,10 +14,12 @@ from fakes import RATE, Fakes, FakeTurnModel
 from harness import REPLY, Harness, base_config, make_harness
 
 from llm.base import ChatMessage
+from vad.end_of_turn import EndOfTurnPolicy, Rule
 from voice_pipeline import events as ev
 from voice_pipeline.config import Config
 from voice_pipeline.cpu import parse_cpu
 from voice_pipeline.tuning import Tuning, choose
+from voice_pipeline.turntaking.ending import Patience
 
 FRAME_S = 512 / RATE
 
@@ -90,6 +92,94 @@ async def test_speech_before_the_reply_is_audible_continues_the_same_turn(h: Har
     await h.settle_tasks()
     assert h.session.unfinished_tasks() == 0
     assert not h.session.busy
+
+
+async def test_a_continued_speaker_is_waited_for_longer_and_the_ledger_says_why(h: Harness) -> None:
+    t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
+    short, patience = h.cfg.vad.end_silence_ms, h.cfg.turn.patience_ms
+    assert patience > 0  # on by default
+    llm.hold_after(0)
+    asr.text = "i need eggs"
+    await d.speak(0.6)
+    await d.quiet_until(lambda: bool(t.of(ev.EndpointDetected, 1)))
+    e = t.of(ev.EndpointDetected, 1)[0]
+    assert e.t_ns - e.speech_end_ns < (short + patience) * 1_000_000  # a first turn: the short wait
+    asr.text = "i need eggs and some bread"
+    await d.speak_until(lambda: bool(t.of(ev.TurnContinued, 1)))
+    llm.release()
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(1))
+    first = h.record(1).end_of_turn
+    assert first is not None and first.rule == "complete"
+    # the speaker went on after an end of turn: this end waited the short silence and the patience
+    assert (first.wait_ms, first.patience_ms) == (short + patience, patience)
+    assert first.silence_ms >= short + patience
+    # ... on purpose: it is not a breach of the endpointing budget
+    assert "endpointing" not in {b.stage for b in h.record(1).budgets_broken}
+    # the next turn is waited for in full too, the one after it a quarter less
+    asr.text = "what is the time?"
+    for turn, extra in ((2, patience), (3, patience - patience // 4)):
+        await d.speak(0.5)
+        await d.quiet_until(lambda turn=turn: h.completed(turn))  # type: ignore[misc]
+        rec = h.record(turn).end_of_turn
+        assert rec is not None and (rec.wait_ms, rec.patience_ms) == (short + extra, extra)
+
+
+async def test_patience_off_keeps_the_short_wait_after_a_continuation() -> None:
+    h = make_harness(with_turn(base_config(), patience_ms=0))
+    try:
+        t, d, llm = h.transport, h.driver, h.fakes.llm
+        llm.hold_after(0)
+        await d.speak(0.6)
+        await d.quiet_until(lambda: bool(t.of(ev.EndpointDetected, 1)))
+        await d.speak_until(lambda: bool(t.of(ev.TurnContinued, 1)))
+        llm.release()
+        await d.speak(0.4)
+        await d.quiet_until(lambda: h.completed(1))
+        rec = h.record(1).end_of_turn
+        assert rec is not None and (rec.wait_ms, rec.patience_ms) == (h.cfg.vad.end_silence_ms, 0)
+    finally:
+        h.fakes.llm.release()
+        await h.session.aclose()
+
+
+def test_patience_counts_only_the_ends_the_policy_chose() -> None:
+    p = Patience(1000, used_from_ms=500)
+    for rule in (Rule.PUSH_TO_TALK, Rule.COMMIT, Rule.MAX_TURN, Rule.SILENCE, None):
+        p.continued(rule)
+        assert p.extra_ms == 0
+    p.continued(Rule.NO_VERDICT)
+    assert p.extra_ms == 1000
+    p.new_turn()  # the turn after a continuation: in full
+    assert p.extra_ms == 1000
+    steps = []
+    for _ in range(5):
+        p.new_turn()
+        steps.append(p.extra_ms)
+    assert steps == [750, 500, 250, 0, 0]
+    base = EndOfTurnPolicy(250, 500, 2000)
+    assert p.policy(base) is base and p.policy(None) is None
+    p.continued(Rule.COMPLETE)
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1000)
+
+
+def test_patience_stays_while_the_speaker_goes_on_after_the_pauses_it_kept() -> None:
+    p = Patience(1000, used_from_ms=500)
+    p.resumed(1200)  # no patience yet: a long pause held by the words starts none
+    assert p.extra_ms == 0
+    p.continued(Rule.COMPLETE)
+    p.new_turn()
+    p.new_turn()
+    assert p.extra_ms == 750
+    p.resumed(400)  # shorter than the medium wait: the policy alone would have kept it
+    p.new_turn()
+    assert p.extra_ms == 500
+    p.resumed(900)  # a pause patience kept: in full again, and for the next turn too
+    assert p.extra_ms == 1000
+    p.new_turn()
+    assert p.extra_ms == 1000
+    p.new_turn()
+    assert p.extra_ms == 750
 
 
 async def test_speech_within_the_grace_after_the_first_audio_continues_and_flushes_it(h: Harness) -> None:

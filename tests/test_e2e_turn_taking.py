@@ -12,6 +12,7 @@ complete questions are still answered, and their voice-to-voice is printed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -184,6 +185,43 @@ def test_complete_questions_are_still_answered_at_once(questions: list[RunResult
             f"P(complete) {rec.end_of_turn.p_complete}, {rec.user_text!r}"
         )
     print(f"complete questions: voice-to-voice p50 {np.percentile(v2v, 50):.0f} ms, max {max(v2v):.0f} ms")
+
+
+async def test_a_speaker_who_went_on_is_not_talked_over_at_their_next_pause(
+    engines: Engines, config: Config
+) -> None:
+    """Patience (``turn.patience_ms``): the user goes on after a finished question (a
+    continuation, certain by the gap as in the test below), waits for the whole reply, then
+    does it again in another voice: "What is the capital of Spain? ... And of Italy?". By
+    every rule a question can end by, a first turn would have ended inside that pause (the
+    gap of the test below) and been answered over the speaker; now the wait has grown
+    beyond the pause: one turn, no reply audio in the pause, and the record says why."""
+    cfg = dataclasses.replace(config, llm=dataclasses.replace(config.llm, max_tokens=24))  # a short reply
+    ended_by_s = cfg.turn.unsure_silence_ms / 1000 + 0.1
+    gap_s = ended_by_s + 0.15  # continues the first turn (see the test below)
+    patient_s = (cfg.vad.end_silence_ms + cfg.turn.patience_ms) / 1000
+    pause_s = ended_by_s + 0.3
+    assert pause_s < patient_s - 0.2, (pause_s, patient_s)  # the VAD's silence stays below the wait
+    gap = np.zeros(round(gap_s * RATE), np.float32)
+    for_the_reply = np.zeros(12 * RATE, np.float32)
+    first = np.concatenate(
+        [espeak("What is the capital of France?"), gap, espeak("And of Germany?"), for_the_reply]
+    )
+    phrases = ("What is the capital of Spain?", "And of Italy?")
+    clip = paused_clip(lambda t: espeak(t, voice="en-gb+m1"), phrases, [pause_s], RATE)
+    res = await speak(engines, cfg, np.concatenate([first, clip.samples]))
+    turns = [r for r in res.records if r.user_text]
+    print([(r.user_text, r.continuations, r.end_of_turn and r.end_of_turn.as_dict()) for r in turns])
+    assert len(turns) == 2, [r.user_text for r in turns]
+    assert turns[0].continuations >= 1 and "germany" in normalize(turns[0].user_text)
+    second = turns[1]
+    assert {"spain", "italy"} <= set(normalize(second.user_text).split()) and second.continuations == 0
+    eot = second.end_of_turn
+    assert eot is not None and eot.rule in ("complete", "unsure") and eot.patience_ms == cfg.turn.patience_ms
+    assert eot.wait_ms >= patient_s * 1000
+    heard = reply_heard_in_pauses(res.output, res.output_rate_hz, clip, LEAD_S + len(first) / RATE)
+    assert heard == [0.0], heard
+    assert second.assistant_text and not second.interrupted
 
 
 async def test_a_reply_started_but_not_heard_is_dropped_and_the_turn_merged(

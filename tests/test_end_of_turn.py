@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from vad.end_of_turn import WAITS, Cue, EndOfTurnPolicy, Evidence, Rule, Sound, Wait, Words, transcript_cue
@@ -108,6 +110,15 @@ def test_the_table_covers_every_combination() -> None:
             assert words is Words.INCOMPLETE or sound is Sound.INCOMPLETE
         if words is Words.INCOMPLETE:
             assert wait is Wait.LONG
+
+
+def test_patience_lengthens_the_short_and_medium_waits_up_to_the_long_one() -> None:
+    patient = dataclasses.replace(POLICY, patience_ms=1000)
+    assert patient.wait(Evidence(Cue.NEUTRAL, 0.9)) == (1250, Rule.COMPLETE)
+    assert patient.wait(Evidence(None, None)) == (1700, Rule.NO_VERDICT)
+    assert patient.wait(Evidence(Cue.INCOMPLETE, None)) == (2000, Rule.INCOMPLETE)  # as before
+    very = dataclasses.replace(POLICY, patience_ms=1500)
+    assert very.wait(Evidence(Cue.COMPLETE, 0.1)) == (2000, Rule.UNSURE)  # never past the long wait
 
 
 def test_complete_utterances_are_no_slower_than_silence_alone() -> None:

@@ -39,7 +39,7 @@ def test_a_record_on_the_wire_grid_comes_back_equal() -> None:
     assert grid.marks_ns == {"speech_end": 1_000_100_000, "first_audio_sent": 1_735_000_000}  # 0.1 ms
     assert grid.work == WorkAccount(17, 2.5, 1.001, len(grid.assistant_text), len(grid.heard_text))
     assert grid.end_of_turn == EndOfTurnRecord(
-        Rule.UNSURE, 612.3, 600.0, 0.457, Cue.COMPLETE, 80.0, 120.1, 33.3
+        Rule.UNSURE, 612.3, 600.0, 0.457, Cue.COMPLETE, 80.0, 120.1, 33.3, patience_ms=350.0
     )
 
 

@@ -165,6 +165,7 @@ def test_turn_and_stage_attributes() -> None:
     assert a["voice.turn.budgets_broken"] == ("voice_to_voice",)
     eot = span(spec, "endpointing").attributes
     assert (eot["voice.end_of_turn.wait_ms"], eot["voice.end_of_turn.p_complete"]) == (250.0, 0.93)
+    assert eot["voice.end_of_turn.patience_ms"] == 0.0  # no continuation before it
     asr = span(spec, "asr_final").attributes
     assert (asr["voice.asr.decode_ms"], asr["voice.asr.speculative"]) == (95.5, True)
     llm = span(spec, "llm_first_token")

@@ -11,6 +11,7 @@ barge-in pause after 2 voiced frames, confirm after 5, pre-roll 1 frame.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -52,7 +53,9 @@ FRAME_NS = F * 1_000_000_000 // RATE  # 32 ms
 PROB = {"#": 0.9, ".": 0.0}
 
 VAD = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=0.0)
-TURN = TurnConfig(unsure_silence_ms=192, incomplete_silence_ms=320, continuation_grace_ms=96)
+#: no patience (its own cases below): a continued speaker's waits stay as the policy's
+TURN = TurnConfig(unsure_silence_ms=192, incomplete_silence_ms=320, continuation_grace_ms=96, patience_ms=0)
+PATIENT = dataclasses.replace(TURN, patience_ms=128)  # 4 frames, a quarter of it 1 frame
 BARGE = BargeInConfig(min_speech_ms=64, confirm_speech_ms=160)
 POLICY = EndOfTurnPolicy(VAD.end_silence_ms, TURN.unsure_silence_ms, TURN.incomplete_silence_ms)
 LONG_TURNS = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)
@@ -238,7 +241,7 @@ def machine(
 
 
 def end(
-    turn: int, speech_end_frame: int, decided_frame: int, rule: Rule, wait_ms: int
+    turn: int, speech_end_frame: int, decided_frame: int, rule: Rule, wait_ms: int, patience_ms: int = 0
 ) -> Callable[[Command], bool]:
     """Matches an EndTurn without spelling out the evidence."""
 
@@ -249,6 +252,7 @@ def end(
             and (c.end.speech_end_sample, c.end.decided_sample) == (speech_end_frame * F, decided_frame * F)
             and c.end.rule is rule
             and c.end.wait_ms == wait_ms
+            and c.end.patience_ms == patience_ms
         )
 
     match.__name__ = f"EndTurn({turn}, {rule}, frames {speech_end_frame}->{decided_frame})"
@@ -285,15 +289,17 @@ ASK: list[tuple[Input, list[Expect], dict[int, Phase]]] = [
 
 
 def answered(
-    turn: int = 1, speech_end_frame: int = 2, decided: int = 5
+    turn: int = 1, speech_end_frame: int = 2, decided: int = 5, patience_ms: int = 0
 ) -> list[tuple[Input, list[Expect], dict[int, Phase]]]:
-    """The words and the sound say complete: the turn ends after the short wait."""
+    """The words and the sound say complete: the turn ends after the short wait (and the
+    speaker's patience)."""
+    wait = 96 + patience_ms
     return [
         (Words(Cue.NEUTRAL), [Prefetch(turn)], {turn: MF}),
         (Sound(0.9), [], {turn: MF}),
         (
             Frames("." * (decided - speech_end_frame - 1)),
-            [end(turn, speech_end_frame, decided, Rule.COMPLETE, 96), StartReply(turn)],
+            [end(turn, speech_end_frame, decided, Rule.COMPLETE, wait, patience_ms), StartReply(turn)],
             {turn: RE},
         ),
     ]
@@ -394,6 +400,35 @@ CASES = [
             (Frames("."), [Seal(1)], {1: AU}),  # the grace is over
             (Finished(1), [], {}),
         ],
+    ),
+    Case(
+        "a continued speaker gets patience: the short wait grows, then shrinks turn by turn",
+        [
+            *ASK,
+            *answered(),  # 96 ms
+            (Frames("##"), [ContinueTurn(1, 5 * F)], {1: L}),
+            (Frames("."), [Speculate(1, 7 * F)], {1: MF}),
+            *answered(speech_end_frame=7, decided=14, patience_ms=128),  # 96 + 128
+            (Finished(1), [Seal(1)], {}),
+            (Frames("##"), [BeginTurn(2, 14 * F, 14 * F, None)], {2: L}),
+            (Frames("."), [Speculate(2, 16 * F)], {2: MF}),
+            *answered(2, speech_end_frame=16, decided=23, patience_ms=128),  # the next turn: in full
+            (Finished(2), [Seal(2)], {}),
+            (Frames("##"), [BeginTurn(3, 23 * F, 23 * F, None)], {3: L}),
+            (Frames("."), [Speculate(3, 25 * F)], {3: MF}),
+            *answered(3, speech_end_frame=25, decided=31, patience_ms=96),  # a quarter less
+            (Finished(3), [Seal(3)], {}),
+            # turn 4 waits 32 more; its words hold a pause of 224 ms (past the 192 ms medium
+            # wait: patience kept it) and the speaker goes on: patience is back in full
+            (Frames("##"), [BeginTurn(4, 31 * F, 31 * F, None)], {4: L}),
+            (Frames("."), [Speculate(4, 33 * F)], {4: MF}),
+            (Words(Cue.INCOMPLETE), [], {4: MF}),
+            (Frames("......"), [], {4: MF}),
+            (Frames("#"), [StopSpeculating(4)], {4: L}),
+            (Frames("#."), [Speculate(4, 42 * F)], {4: MF}),
+            *answered(4, speech_end_frame=42, decided=49, patience_ms=128),
+        ],
+        make=lambda: machine(turn=PATIENT),
     ),
     Case(
         "speech starting within the grace after the reply became audible continues the turn",

@@ -97,7 +97,7 @@ CASES = [
         [
             (2, SpeechStarted(0, 0, 3 * F)),
             (4, PauseStarted(4 * F)),
-            (7, SpeechResumed(7 * F)),
+            (7, SpeechResumed(7 * F, 60)),  # the silence it broke: 3 frames of 20 ms
             (10, PauseStarted(10 * F)),
             (14, EndOfTurn(10 * F, 15 * F)),
         ],
@@ -108,7 +108,7 @@ CASES = [
         [
             (2, SpeechStarted(0, 0, 3 * F)),
             (3, PauseStarted(3 * F)),
-            (7, SpeechResumed(7 * F)),
+            (7, SpeechResumed(7 * F, 80)),
             (8, PauseStarted(8 * F)),
         ],
     ),

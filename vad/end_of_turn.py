@@ -29,6 +29,9 @@ not back yet              medium (wait)    long             medium (wait)    med
 * *long* = ``turn.incomplete_silence_ms``: the utterance is unfinished; the turn
   still ends after that much silence (a speaker who trails off gets an answer).
 
+The short and medium waits grow by ``patience_ms`` for a speaker who was seen to go on
+after an end of turn (the session's :class:`voice_pipeline.turntaking.ending.Patience`).
+
 Evidence can arrive after the short silence has passed; the endpointer re-evaluates at
 once (:meth:`vad.endpointer.Endpointer.evidence`), so a late verdict costs only its
 own lateness. The rule that ended a turn (:class:`Rule`) goes into its ledger record.
@@ -134,17 +137,18 @@ class EndOfTurnPolicy:
     complete_threshold: float = 0.5
     #: an audio turn model runs at every pause (else the sound column is "no model")
     uses_model: bool = True
+    #: added to the short and medium waits (up to the long one): this speaker was seen to
+    #: go on after an end of turn (:class:`voice_pipeline.turntaking.ending.Patience`)
+    patience_ms: int = 0
 
     def wait(self, evidence: Evidence) -> tuple[int, Rule]:
         """The silence (ms) after which the turn ends, and the rule that ends it."""
         sound = self._sound(evidence.p_complete) if evidence.sound else Sound.OFF
         kind, rule = WAITS[(self._words(evidence.cue), sound)]
-        ms = {
-            Wait.SHORT: self.short_silence_ms,
-            Wait.MEDIUM: self.unsure_silence_ms,
-            Wait.LONG: self.incomplete_silence_ms,
-        }[kind]
-        return ms, rule
+        if kind is Wait.LONG:
+            return self.incomplete_silence_ms, rule
+        ms = self.short_silence_ms if kind is Wait.SHORT else self.unsure_silence_ms
+        return min(ms + self.patience_ms, self.incomplete_silence_ms), rule
 
     @staticmethod
     def model_start(configured: str, for_this_cpu: str | None, room: bool) -> str:

@@ -69,6 +69,8 @@ class SpeechResumed:
 
     #: first sample of the frame in which speech resumed
     sample: int
+    #: the silence it broke, from the end of the last voiced frame (ms)
+    silence_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,8 @@ class EndOfTurn:
     evidence: Evidence = field(default_factory=Evidence)
     #: the silence the policy required (ms; 0 when it did not end on silence)
     wait_ms: int = 0
+    #: of it, the speaker's patience (the policy's ``patience_ms``, when the wait had it)
+    patience_ms: int = 0
 
 
 EndpointAction = SpeechStarted | PauseStarted | SpeechResumed | EndOfTurn
@@ -195,8 +199,9 @@ class Endpointer:
             case _State.PAUSE:
                 if voiced:
                     self._state = _State.SPEECH
+                    silence_ms = (frame_start - self._speech_end) * 1000 // self.sample_rate_hz
                     self._speech_end = frame_end
-                    actions.append(SpeechResumed(frame_start))
+                    actions.append(SpeechResumed(frame_start, silence_ms))
                     self._check_max_turn(frame_end, actions)
                 else:
                     self._check_end(frame_end, actions)
@@ -250,7 +255,8 @@ class Endpointer:
     def _check_end(self, now: int, actions: list[EndpointAction]) -> None:
         ms, rule = self.wait_ms()
         if now - self._speech_end >= _ms_to_samples(ms, self.sample_rate_hz):
-            self._end(now, rule, actions, ms)
+            patience = self._policy.patience_ms if self._policy and rule is not Rule.INCOMPLETE else 0
+            self._end(now, rule, actions, ms, min(patience, ms - self._end_silence_ms))
         else:
             self._check_max_turn(now, actions)
 
@@ -258,7 +264,9 @@ class Endpointer:
         if self._max_turn > 0 and now - self._turn_onset >= self._max_turn:
             self._end(now, Rule.MAX_TURN, actions, 0)
 
-    def _end(self, now: int, rule: Rule, actions: list[EndpointAction], wait_ms: int) -> None:
+    def _end(
+        self, now: int, rule: Rule, actions: list[EndpointAction], wait_ms: int, patience: int = 0
+    ) -> None:
         self._state = _State.IDLE
         self._previous_turn_end = now
-        actions.append(EndOfTurn(self._speech_end, now, rule, self._evidence, wait_ms))
+        actions.append(EndOfTurn(self._speech_end, now, rule, self._evidence, wait_ms, max(patience, 0)))

@@ -92,17 +92,18 @@ class TurnConfig:
     #: (the reply is dropped, both parts are transcribed as one message) instead of
     #: starting a new one
     continuation: bool = True
-    #: ... and so does speech starting up to this long after the reply's first audio left:
-    #: the user had not heard it yet (transport latency ~50-150 ms), could not react
-    #: (~200 ms), or had simply gone on with their sentence; later speech over the reply is
-    #: a barge-in. The reply can be audible ~0.45 s into a pause (250 ms silence + a fast
-    #: pipeline), so a speaker pausing 1.2 s after "Can you tell me?" resumes up to ~0.8 s
-    #: after its first audio: with 600 ms such a speaker was cut (CI, 1 of 8 sentences)
+    #: ... and so does speech starting up to this long after the reply's first audio left
+    #: (not heard yet, no time to react, or the sentence simply went on); later speech is a
+    #: barge-in. A reply audible ~0.45 s into a 1.2 s pause is ~0.8 s old when the speaker
+    #: resumes: with 600 ms such a speaker was cut (CI, 1 of 8 sentences)
     continuation_grace_ms: int = 900
     #: ... but never speech that starts more than this long after the user's own end of
     #: speech: that is a new turn however slow the reply was (a reply not yet audible is
     #: dropped and one reply answers both messages; an audible one is barged in on); 0 = no cap
     continuation_max_gap_ms: int = 1500
+    #: a speaker who went on after an end of turn pauses mid-sentence: the session's short and
+    #: medium waits grow by this much while they pause so (turntaking/ending.py); 0 = off
+    patience_ms: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +185,8 @@ class TTSConfig:
     voice_path: str | None = None
     #: a clause is spoken only once it has at least this many words (avoids choppy audio)
     min_clause_words: int = 4
-    #: the first chunk of a reply ends after this many words, or at a comma (0: no short first
-    #: chunk); None: chosen from the LLM's speed measured at warm-up, 2 for a slow one, else 3
-    #: (:func:`voice_pipeline.tuning.choose_first_chunk_words`; README, issue #18)
+    #: the first chunk of a reply ends after this many words, or at a comma (0: none); None: chosen
+    #: from the LLM's pace at warm-up (:func:`voice_pipeline.tuning.choose_first_chunk_words`)
     first_chunk_words: int | None = None
     #: onnxruntime intra-op threads (1 stays fast while the LLM is busy)
     threads: int = 1
@@ -380,8 +380,8 @@ def validate(cfg: Config) -> None:
     if not 0 < cfg.llm.retry_initial_s <= cfg.llm.retry_max_s:
         raise ConfigError("llm: need 0 < retry_initial_s <= retry_max_s")
     validate_dialogue(cfg.dialogue)
-    if cfg.turn.continuation_max_gap_ms < 0:
-        raise ConfigError("turn.continuation_max_gap_ms: must be >= 0 (0 = no cap)")
+    if t.continuation_max_gap_ms < 0 or t.patience_ms < 0:
+        raise ConfigError("turn: continuation_max_gap_ms (0 = no cap) and patience_ms (0 = off) must be >= 0")
     if cfg.llm.kv_block_tokens < 0 or cfg.llm.kv_block_tokens % 16:
         raise ConfigError("llm.kv_block_tokens: must be 0 (auto) or a positive multiple of 16 (32 on CPU)")
     if cfg.asr.cpu_threads < 0:

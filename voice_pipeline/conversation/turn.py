@@ -234,9 +234,10 @@ class Turn:
             utterance.transcriber.speculate()  # the final decode starts now
         self.mark(Mark.SPEECH_END, speech_end_ns)
         decided = ctx.clock()
-        extra_ms = end.wait_ms - ctx.settings.end_silence_ms
-        if end.rule in DELIBERATE and extra_ms > 0:
-            self.ledger.allow(extra_ms, "endpointing", "voice_to_voice")
+        extra_ms = end.wait_ms - ctx.settings.end_silence_ms  # the user's (DELIBERATE, patience)
+        allowed = extra_ms if end.rule in DELIBERATE else min(extra_ms, end.patience_ms)
+        if allowed > 0:
+            self.ledger.allow(allowed, "endpointing", "voice_to_voice")
         self.mark(Mark.ENDPOINT, decided)
         # the wait the turn-taking policy requires: VAD hangover + the silence the rule asked for
         required = ctx.time_of(end.speech_end_sample) + ms_to_ns(end.wait_ms)
@@ -251,6 +252,7 @@ class Turn:
             words_after_ms=at.words_after_ms,
             sound_after_ms=at.sound_after_ms,
             sound_compute_ms=at.sound_compute_ms,
+            patience_ms=end.patience_ms,
         )
         utterance.drop_evidence()
         end_ms = end.speech_end_sample * 1000 // ctx.settings.pipeline_rate_hz

@@ -116,6 +116,8 @@ class EndOfTurnRecord:
     sound_after_ms: float | None = None
     #: the turn model's own compute time on the last pause, ms
     sound_compute_ms: float | None = None
+    #: of ``wait_ms``, what this speaker's patience added (they went on after an earlier end)
+    patience_ms: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         def r(v: float | None, nd: int = 1) -> float | None:
@@ -130,6 +132,7 @@ class EndOfTurnRecord:
             "words_after_ms": r(self.words_after_ms),
             "sound_after_ms": r(self.sound_after_ms),
             "sound_compute_ms": r(self.sound_compute_ms),
+            "patience_ms": r(self.patience_ms),
         }
 
 

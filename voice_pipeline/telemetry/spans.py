@@ -180,6 +180,7 @@ def _stage_detail(name: StageName, record: TurnRecord, opts: TurnOptions) -> dic
             "voice.end_of_turn.rule": str(eot.rule),
             "voice.end_of_turn.silence_ms": eot.silence_ms,
             "voice.end_of_turn.wait_ms": eot.wait_ms,
+            "voice.end_of_turn.patience_ms": eot.patience_ms,
             "voice.end_of_turn.p_complete": eot.p_complete,
             "voice.end_of_turn.cue": None if eot.cue is None else str(eot.cue),
         }

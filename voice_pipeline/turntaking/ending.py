@@ -13,10 +13,20 @@ machine then seals it).
 
 Not continued, on purpose: a turn ended by ``vad.max_turn_s`` and a push-to-talk
 turn (see :mod:`voice_pipeline.turntaking.phases`).
+
+A speaker whose turn was continued is one who pauses after phrases that read and sound
+finished ("I need eggs ... and some bread"): no policy can tell such a pause from an
+end, so the reply risks being heard over them again at their next pause.
+:class:`Patience` makes the session wait longer for them: the short and medium waits
+grow by ``turn.patience_ms`` after a continuation, stay while the speaker goes on after
+pauses that patience kept (longer than the medium wait), and shrink back by a quarter of
+it with each turn without such a pause (a speaker who stopped pausing gets the short
+wait back four turns later).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from vad.end_of_turn import EndOfTurnPolicy, Rule
@@ -68,3 +78,44 @@ class Continuation:
         if t.sealed or t.audible_ns is None or now_ns - t.audible_ns <= self._grace_ns:
             return False
         return pending_onset is None or self._time_of(pending_onset) - t.audible_ns > self._grace_ns
+
+
+#: the ends of turn that patience answers: the policy's (not push-to-talk, a commit, the cap)
+PATIENT_RULES = frozenset({Rule.COMPLETE, Rule.UNSURE, Rule.NO_VERDICT, Rule.INCOMPLETE})
+
+
+class Patience:
+    """How much longer than the policy's waits this session waits (``turn.patience_ms``)."""
+
+    def __init__(self, patience_ms: int, *, used_from_ms: int) -> None:
+        """``used_from_ms``: a pause this long that the speaker broke was one patience kept
+        (the medium wait: beyond it only unfinished words hold a turn without patience)."""
+        self._full = patience_ms
+        self._used_from_ms = used_from_ms
+        self.extra_ms = 0
+        self._kept = False  # continued, or patience was used: the next turn waits in full
+
+    def continued(self, ended_by: Rule | None) -> None:
+        """A turn ended by ``ended_by`` was continued: the speaker had not finished."""
+        if ended_by in PATIENT_RULES and self._full:
+            self.extra_ms, self._kept = self._full, True
+
+    def resumed(self, silence_ms: int) -> None:
+        """The speaker broke a pause of ``silence_ms`` in their turn: if patience held the
+        turn through it, it is still needed (in full, and for the next turn too)."""
+        if self.extra_ms and silence_ms >= self._used_from_ms:
+            self.extra_ms, self._kept = self._full, True
+
+    def new_turn(self) -> None:
+        """A new user turn began: it waits in full after a turn that was continued or used
+        patience, and a quarter less after each one that did not."""
+        if self._kept:
+            self._kept = False
+        else:
+            self.extra_ms = max(0, self.extra_ms - self._full // 4)
+
+    def policy(self, base: EndOfTurnPolicy | None) -> EndOfTurnPolicy | None:
+        """``base`` with the waits this session needs now."""
+        if base is None or base.patience_ms == self.extra_ms:
+            return base
+        return dataclasses.replace(base, patience_ms=self.extra_ms)

@@ -27,7 +27,7 @@ from voice_pipeline.turntaking.bargein import (
     SpeechOverReply,
     classify_interruption,
 )
-from voice_pipeline.turntaking.ending import Continuation
+from voice_pipeline.turntaking.ending import Continuation, Patience
 from voice_pipeline.turntaking.hold import Hold
 from voice_pipeline.turntaking.messages import (
     CancelReason,
@@ -64,9 +64,8 @@ class TurnMachine:
         prefetch: bool,
         options: TurnOptions | None = None,
     ) -> None:
-        """``time_of(sample)``: the monotonic time of an input sample; ``policy``: the
-        semantic end-of-turn policy (None = silence alone); ``prefetch``: start the LLM
-        on the speculative transcript (``dialogue.speculative_start``)."""
+        """``time_of(sample)``: the monotonic time of an input sample; ``policy``: the semantic
+        end-of-turn policy (None = silence alone); ``prefetch``: ``dialogue.speculative_start``."""
         self._vad = vad
         self._barge_in = barge_in
         self._frame_ms = frame_samples * 1000 / sample_rate_hz
@@ -74,6 +73,7 @@ class TurnMachine:
         self._options = options or TurnOptions()
         self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
         self.continuation = Continuation(turn, sample_rate_hz=sample_rate_hz, time_of=time_of)
+        self._policy, self.patience = policy, Patience(turn.patience_ms, used_from_ms=turn.unsure_silence_ms)
         self.tracker = BargeInTracker(barge_in, self._frame_ms)
         self._turns: dict[int, TurnState] = {}
         self._ids = itertools.count(1)
@@ -146,8 +146,7 @@ class TurnMachine:
         return cmds
 
     def transcribed(self, turn_id: int, text: str, said: str = "") -> Transcribed:
-        """The final transcript of a turn that ended; ``said``: the text of the reply it
-        was spoken over, if any (to tell echo of it apart)."""
+        """The final transcript of a turn that ended; ``said``: the reply it was spoken over (echo?)."""
         t = self._turns.get(turn_id)
         if t is None or t.phase not in REPLY_PHASES:
             return Transcribed((), None)
@@ -192,8 +191,7 @@ class TurnMachine:
         return cmds
 
     def ptt_pressed(self, position: int, now_ns: int) -> list[Command]:
-        """Push-to-talk pressed at input sample ``position``: interrupt, and the user's turn
-        starts now (the VAD no longer decides its start or end)."""
+        """Push-to-talk pressed at ``position``: interrupt; the user's turn starts now (not the VAD's)."""
         cmds = self.interrupt(now_ns)
         self.endpointer.abandon()
         start = self._hold.press(position, now_ns, self._vad.pre_roll_ms)
@@ -214,9 +212,8 @@ class TurnMachine:
         return [] if self.user is None else self._end(EndOfTurn(position, position, Rule.PUSH_TO_TALK))
 
     def commit(self, position: int) -> list[Command]:
-        """The client committed its input at sample ``position``: the user's turn in
-        progress ends now (manual detection: the audio since the last commit or clear;
-        with the VAD: the speech so far)."""
+        """The client committed its input at sample ``position``: the user's turn ends now
+        (manual detection: the audio since the last commit or clear; VAD: the speech so far)."""
         if not self._hold.input_cut(position) or self.user is None:
             return []
         speech_end = position
@@ -226,8 +223,7 @@ class TurnMachine:
         return self._end(EndOfTurn(speech_end, position, Rule.COMMIT))
 
     def drop(self, position: int) -> list[Command]:
-        """The client cleared its input at sample ``position``: the user's turn in progress
-        is abandoned (its audio is neither transcribed nor answered)."""
+        """The client cleared its input at ``position``: the user's turn is abandoned unheard."""
         if not self._hold.input_cut(position) or self.user is None:
             return []
         t = self._turns.pop(self.user)
@@ -237,8 +233,7 @@ class TurnMachine:
         return [cmd.DropTurn(t.turn_id)]
 
     def respond(self) -> list[Command]:
-        """A reply asked for with no user speech (a realtime ``response.create``): its turn
-        starts REPLYING, sealed (nothing continues it); speech over it is a barge-in."""
+        """A reply with no user speech (a realtime ``response.create``): REPLYING and sealed."""
         t = TurnState(next(self._ids), phase=Phase.REPLYING, sealed=True)
         self._turns[t.turn_id] = t
         return [cmd.BeginReply(t.turn_id), cmd.StartReply(t.turn_id)]
@@ -259,14 +254,13 @@ class TurnMachine:
         *,
         position: int,
     ) -> list[Command]:
-        """New settings for the frames and turns to come (a realtime ``session.update``).
-        Changing who detects turns drops the user's turn in progress: its audio was never
-        committed (``position``: the input's position now)."""
+        """New settings for the frames and turns to come (a realtime ``session.update``). Changing
+        who detects turns drops the user's turn in progress (``position``: the input's now)."""
         cmds = self.drop(position) if options.detection is not self._options.detection else []
         if barge_in != self._barge_in:
             self.tracker = BargeInTracker(barge_in, self._frame_ms)
-        self._vad, self._barge_in, self._options = vad, barge_in, options
-        self.endpointer.reconfigure(vad, policy)
+        self._vad, self._barge_in, self._options, self._policy = vad, barge_in, options, policy
+        self._be_patient()
         return cmds
 
     # ------------------------------------------------------------ internals
@@ -301,6 +295,8 @@ class TurnMachine:
                 self._move(user, Step.PAUSE)
                 cmds.append(cmd.Speculate(user.turn_id, end))
             case SpeechResumed() if user is not None and user.phase is Phase.MAYBE_FINISHED:
+                self.patience.resumed(step.silence_ms)
+                self._be_patient()
                 self._move(user, Step.RESUME)
                 cmds.append(cmd.StopSpeculating(user.turn_id))
             case EndOfTurn() if user is not None:
@@ -323,6 +319,8 @@ class TurnMachine:
         t = TurnState(next(self._ids), spoken_over=spoken_over, ptt=ptt)
         self._turns[t.turn_id] = t
         self.user = t.turn_id
+        self.patience.new_turn()
+        self._be_patient()
         cmds.insert(0, cmd.BeginTurn(t.turn_id, onset, start, spoken_over))
         return cmds
 
@@ -350,9 +348,14 @@ class TurnMachine:
         if t.phase in HEARD_PHASES:
             self.tracker.resolved()  # its pause (if any) was this same speech
         self._move(t, Step.CONTINUE)
+        self.patience.continued(t.ended_by)
+        self._be_patient()
         t.ended_by, t.audible_ns = None, None
         self.user = t.turn_id
         return [cmd.ContinueTurn(t.turn_id, onset)]
+
+    def _be_patient(self) -> None:  # the waits this speaker needs now
+        self.endpointer.reconfigure(self._vad, self.patience.policy(self._policy))
 
     def _manual_frame(self, now_ns: int) -> list[Command]:
         """Manual detection: the frame is only counted; with no turn open one starts."""
