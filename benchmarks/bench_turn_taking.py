@@ -13,9 +13,10 @@ defaults with ``turn.patience_ms: 0`` (a continued speaker's waits do not grow).
 
 ``--conversation``: one session per voice and pause hears all the paused sentences one
 after another, each followed by ``--reply-gap`` seconds for its (short: 24 tokens at most)
-reply, as a user who pauses the same way all along. It prints the sentences with reply
-audio in a pause, the first of each session apart from the later ones: what patience is
-for (the later ones, after the speaker was seen to go on).
+reply, as a user who pauses the same way all along. It prints, per session, which
+sentences had reply audio in a pause (``X``), and in sum the sentences after the first
+such one of their session that had it too: what patience is for (the first one is where
+the speaker is first seen to go on; no policy can know them before).
 
 Per paused sentence it counts the user turns the pipeline made of it: one is right;
 more is a premature end of turn (the speaker had more to say), whether or not the
@@ -171,7 +172,7 @@ async def conversation_set(
     """Each voice and pause: one session, every paused sentence in turn, ``gap_s`` after each."""
     cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, max_tokens=min(cfg.llm.max_tokens, 24)))
     gap = np.zeros(round(gap_s * RATE), np.float32)
-    first_over = later_over = sessions = later = extra_turns = undone = 0
+    over_total = later_over = sessions = later = extra_turns = undone = 0
     t0 = time.monotonic()
     for voice in voices:
         for pause in pauses:
@@ -192,9 +193,11 @@ async def conversation_set(
                 for c, at in zip(clips, starts, strict=True)
             ]
             sessions += 1
-            later += len(clips) - 1
-            first_over += over[0]
-            later_over += sum(over[1:])
+            over_total += sum(over)
+            if any(over):  # after the first sentence talked over
+                after = over[over.index(True) + 1 :]
+                later += len(after)
+                later_over += sum(after)
             extra_turns += max(0, len(out["turns"]) - len(clips))
             undone += out["continued"]
             print(
@@ -205,9 +208,10 @@ async def conversation_set(
             )
     return {
         "conversation_sessions": sessions,
-        "first_sentences_with_reply_audio_in_a_pause": first_over,
-        "later_sentences_with_reply_audio_in_a_pause": later_over,
-        "later_sentences": later,
+        "sentences": sessions * len(PAUSED_SENTENCES),
+        "sentences_with_reply_audio_in_a_pause": over_total,
+        "after_the_first_such_one": later,
+        "after_the_first_such_one_with_reply_audio_in_a_pause": later_over,
         "turns_beyond_one_per_sentence": extra_turns,
         "endpoints_undone_by_continuation": undone,
         "seconds": round(time.monotonic() - t0),
