@@ -119,6 +119,10 @@ def test_patience_lengthens_the_short_and_medium_waits_up_to_the_long_one() -> N
     assert patient.wait(Evidence(Cue.INCOMPLETE, None)) == (2000, Rule.INCOMPLETE)  # as before
     very = dataclasses.replace(POLICY, patience_ms=1500)
     assert very.wait(Evidence(Cue.COMPLETE, 0.1)) == (2000, Rule.UNSURE)  # never past the long wait
+    # how much of each wait is patience: what was added, not what was asked for
+    assert patient.waits(Evidence(Cue.NEUTRAL, 0.9)) == (1250, 1000, Rule.COMPLETE)
+    assert very.waits(Evidence(Cue.COMPLETE, 0.1)) == (2000, 1300, Rule.UNSURE)
+    assert very.waits(Evidence(Cue.INCOMPLETE, None)) == (2000, 0, Rule.INCOMPLETE)
 
 
 def test_complete_utterances_are_no_slower_than_silence_alone() -> None:

@@ -143,12 +143,18 @@ class EndOfTurnPolicy:
 
     def wait(self, evidence: Evidence) -> tuple[int, Rule]:
         """The silence (ms) after which the turn ends, and the rule that ends it."""
+        ms, _patience, rule = self.waits(evidence)
+        return ms, rule
+
+    def waits(self, evidence: Evidence) -> tuple[int, int, Rule]:
+        """:meth:`wait`, with how much of that silence is the speaker's patience (ms)."""
         sound = self._sound(evidence.p_complete) if evidence.sound else Sound.OFF
         kind, rule = WAITS[(self._words(evidence.cue), sound)]
         if kind is Wait.LONG:
-            return self.incomplete_silence_ms, rule
+            return self.incomplete_silence_ms, 0, rule
         ms = self.short_silence_ms if kind is Wait.SHORT else self.unsure_silence_ms
-        return min(ms + self.patience_ms, self.incomplete_silence_ms), rule
+        longest = self.incomplete_silence_ms
+        return min(ms + self.patience_ms, longest), min(self.patience_ms, max(longest - ms, 0)), rule
 
     @staticmethod
     def model_start(configured: str, for_this_cpu: str | None, room: bool) -> str:

@@ -87,7 +87,7 @@ class EndOfTurn:
     evidence: Evidence = field(default_factory=Evidence)
     #: the silence the policy required (ms; 0 when it did not end on silence)
     wait_ms: int = 0
-    #: of it, the speaker's patience (the policy's ``patience_ms``, when the wait had it)
+    #: of it, the speaker's patience (:meth:`EndOfTurnPolicy.waits`)
     patience_ms: int = 0
 
 
@@ -231,11 +231,12 @@ class Endpointer:
         self._check_end(self._position, actions)
         return actions
 
-    def wait_ms(self) -> tuple[int, Rule]:
-        """The silence the current pause needs before the turn ends, and the rule."""
+    def wait_ms(self) -> tuple[int, int, Rule]:
+        """The silence the current pause needs before the turn ends, how much of it is the
+        speaker's patience, and the rule."""
         if self._policy is None:
-            return self._end_silence_ms, Rule.SILENCE
-        return self._policy.wait(self._evidence)
+            return self._end_silence_ms, 0, Rule.SILENCE
+        return self._policy.waits(self._evidence)
 
     def abandon(self) -> None:
         """Leave the current turn without an action (push-to-talk took over the turn)."""
@@ -253,10 +254,9 @@ class Endpointer:
             actions.append(SpeechStarted(self._onset, start, frame_end))
 
     def _check_end(self, now: int, actions: list[EndpointAction]) -> None:
-        ms, rule = self.wait_ms()
+        ms, patience, rule = self.wait_ms()
         if now - self._speech_end >= _ms_to_samples(ms, self.sample_rate_hz):
-            patience = self._policy.patience_ms if self._policy and rule is not Rule.INCOMPLETE else 0
-            self._end(now, rule, actions, ms, min(patience, ms - self._end_silence_ms))
+            self._end(now, rule, actions, ms, patience)
         else:
             self._check_max_turn(now, actions)
 
@@ -269,4 +269,4 @@ class Endpointer:
     ) -> None:
         self._state = _State.IDLE
         self._previous_turn_end = now
-        actions.append(EndOfTurn(self._speech_end, now, rule, self._evidence, wait_ms, max(patience, 0)))
+        actions.append(EndOfTurn(self._speech_end, now, rule, self._evidence, wait_ms, patience))
