@@ -85,20 +85,13 @@ smallest with 1 s room, then 30 s  1    141 / 657 ms, 14.6 %      158 / 802 ms, 
 
 from __future__ import annotations
 
-import logging
 import math
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from asr.batch import Batcher
 from asr.window import WINDOW_MARGIN_S, ct2_max_length, judge_window
-
-log = logging.getLogger(__name__)
 
 __all__ = ["LEAD_IN_S", "MAX_NEW_TOKENS_EXTRA", "MAX_NEW_TOKENS_PER_S", "WindowDecoder"]
 
@@ -117,20 +110,10 @@ class WindowDecoder:
 
     Immutable after ``__init__``, so one instance serves concurrent calls (the
     feature extractor is only read: it is called without ``chunk_length``, which
-    would overwrite its window size). Concurrent decodes that collide on the engine share
-    one ``generate``, up to ``max_batch`` (:mod:`asr.batch`).
+    would overwrite its window size).
     """
 
-    def __init__(
-        self,
-        model: Any,
-        *,
-        language: str,
-        beam_size: int,
-        window_s: float,
-        max_batch: int = 1,
-        workers: int = 1,
-    ) -> None:
+    def __init__(self, model: Any, *, language: str, beam_size: int, window_s: float) -> None:
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
@@ -155,29 +138,37 @@ class WindowDecoder:
         # plus the task and special tokens
         self.suppress_tokens: list[int] = list(get_suppressed_tokens(tokenizer, [-1]))
         self.max_length: int = model.max_length  # the decoder's 448 positions
-        #: decodes that collide (several sessions) share a ``generate``: asr/batch.py
-        self.batcher: Batcher[_Job, Any] = Batcher(
-            self._generate,
-            max_batch=max_batch,
-            concurrency=workers,
-            key=lambda job: (id(job.model), job.features.shape),
-        )
 
     def decode(self, model: Any, samples: NDArray[np.float32], audio_s: float, window_s: float) -> str | None:
         """The text, "" for silence, or None when the full window should decode instead."""
+        import ctranslate2
+
         lead_in = np.zeros(round(LEAD_IN_S * self.sample_rate_hz), dtype=np.float32)
         features = model.feature_extractor(np.concatenate([lead_in, samples]))
         # as generate_segments: the last frame (from the extractor's 160-sample tail
         # padding) is not content; the rest is padded with zeros like pad_or_trim does
         content = features[:, : features.shape[-1] - 1]
         frames = max(round(window_s * self.frames_per_s), content.shape[1])
-        padded = np.zeros((content.shape[0], frames), dtype=np.float32)
-        padded[:, : content.shape[1]] = content
+        padded = np.zeros((1, content.shape[0], frames), dtype=np.float32)
+        padded[0, :, : content.shape[1]] = content
         max_new_tokens = min(
             math.ceil(MAX_NEW_TOKENS_PER_S * audio_s) + MAX_NEW_TOKENS_EXTRA,
             self.max_length // 2 - len(self.prompt),
         )
-        result, _batch = self.batcher.submit(_Job(model, padded, max_new_tokens))
+        result = model.model.generate(
+            ctranslate2.StorageView.from_array(padded),
+            [self.prompt],
+            beam_size=self.beam_size,
+            patience=1.0,
+            length_penalty=1.0,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            max_length=ct2_max_length(max_new_tokens, len(self.prompt), self.max_length),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=self.suppress_tokens,
+        )[0]
         tokens: list[int] = result.sequences_ids[0]
         # faster-whisper's recovery of the average log-probability (length_penalty 1)
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
@@ -186,41 +177,5 @@ class WindowDecoder:
             audio_s,
             no_speech_prob=float(result.no_speech_prob),
             avg_logprob=float(avg_logprob),
-            # a batch decodes up to its largest budget: this decode's own is what counts
             hit_max_length=len(tokens) >= max_new_tokens,
         )
-
-    def _generate(self, jobs: Sequence[_Job]) -> list[Any]:
-        """One ``generate`` for decodes of one model and one window (the batcher's key)."""
-        import ctranslate2
-
-        budget = max(job.max_new_tokens for job in jobs)
-        t0 = time.monotonic()
-        results = list(
-            jobs[0].model.model.generate(
-                ctranslate2.StorageView.from_array(np.stack([job.features for job in jobs])),
-                [self.prompt] * len(jobs),
-                beam_size=self.beam_size,
-                patience=1.0,
-                length_penalty=1.0,
-                repetition_penalty=1.0,
-                no_repeat_ngram_size=0,
-                max_length=ct2_max_length(budget, len(self.prompt), self.max_length),
-                return_scores=True,
-                return_no_speech_prob=True,
-                suppress_blank=True,
-                suppress_tokens=self.suppress_tokens,
-            )
-        )
-        if len(jobs) > 1:
-            ms = 1000 * (time.monotonic() - t0)
-            log.info("asr: %d decodes that collided shared one generate (%.0f ms)", len(jobs), ms)
-        return results
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _Job:
-    model: Any
-    #: log-mel features padded to the window, (mels, frames)
-    features: NDArray[np.float32]
-    max_new_tokens: int

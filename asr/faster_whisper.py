@@ -187,14 +187,7 @@ class FasterWhisperASR:
         self._window: WindowDecoder | None = (
             None
             if window_s is None
-            else WindowDecoder(
-                self._model,
-                language=cfg.language,
-                beam_size=cfg.beam_size,
-                window_s=window_s,
-                max_batch=cfg.max_batch,
-                workers=cfg.num_workers,
-            )
+            else WindowDecoder(self._model, language=cfg.language, beam_size=cfg.beam_size, window_s=window_s)
         )
 
     @property

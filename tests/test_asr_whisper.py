@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
-import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -393,49 +390,3 @@ def test_rejected_short_window_is_decoded_in_the_largest_window(
 def test_short_windows_are_checked(windows: tuple[float, ...]) -> None:
     with pytest.raises(ConfigError, match="windows"):
         FasterWhisperASR(ASRConfig(), bundled_model_dir(), windows=windows)
-
-
-COLLIDING = (
-    ("What do bees make?", "en-us+f3"),
-    ("How far away is the moon?", "en-gb+m1"),
-    ("What is the capital of France?", "en-us+m3"),
-    ("Can you recommend a good book?", "en-us+f4"),
-)
-
-
-def test_decodes_that_collide_share_one_generate_and_hear_the_same_words(
-    fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Four sessions' turns end together: the first decode holds the engine, the other three
-    wait and go as one batch; each gets the words it gets alone (asr/batch.py)."""
-    clips = [concat(silence(0.15), espeak(text, voice=voice), silence(0.3)) for text, voice in COLLIDING]
-    alone = [fw_asr.transcribe(clip).text for clip in clips]
-    for (reference, _voice), text in zip(COLLIDING, alone, strict=True):
-        assert word_error_rate(reference, text) <= 0.34, text  # tiny.en, one voice in four
-    window = fw_asr._window
-    assert window is not None
-    batcher = window.batcher
-    busy, release = threading.Event(), threading.Event()
-    generate = batcher._run
-
-    def held_first(jobs: Any) -> Any:  # the real generate, the first call held until all wait
-        if not busy.is_set():
-            busy.set()
-            assert release.wait(30)
-        return generate(jobs)
-
-    monkeypatch.setattr(batcher, "_run", held_first)
-    before = batcher.counts
-    with ThreadPoolExecutor(len(clips)) as pool:
-        first = pool.submit(fw_asr.transcribe, clips[0])
-        assert busy.wait(30)
-        rest = [pool.submit(fw_asr.transcribe, clip) for clip in clips[1:]]
-        deadline = time.monotonic() + 30
-        while batcher.waiting < len(rest):
-            assert time.monotonic() < deadline, "the decodes never queued"
-            time.sleep(0.005)
-        release.set()
-        together = [f.result(timeout=60).text for f in [first, *rest]]
-    after = batcher.counts
-    assert (after.batches - before.batches, after.items - before.items) == (2, 4)  # 1, then 3
-    assert together == alone

@@ -120,16 +120,16 @@ class ASRConfig:
     num_workers: int = 1
     #: decode the growing utterance this often for partial transcripts (0 = no partials)
     partial_interval_ms: int = 600
-    #: a partial decode starts only when no decode of any session is on the engine, so the
-    #: decodes replies wait for never queue behind other sessions' partials (asr/load.py)
+    #: a partial decode starts only when no decode of any session is on the engine, so that
+    #: the decodes replies wait for never queue behind other sessions' partials (several
+    #: sessions; one session barely notices: only its own discarded decode can hold one back)
     partials_on_idle_engine: bool = True
-    #: short-window decodes that collide (several sessions) share one call, up to this many; 1: off
-    max_batch: int = 4
     #: start the final decode as soon as the VAD hears silence, so the transcript is
     #: (usually) ready when the endpoint fires; redone if speech resumes
     speculative_final: bool = True
-    #: silences inside an utterance are shortened to this before decoding (a 1.2 s pause made
-    #: tiny.en hear fragments: WER 12.4 -> 8.2 %, asr/pauses.py); 0 = as it is
+    #: silences inside an utterance longer than this are shortened to it before decoding
+    #: (a mid-sentence pause of 1.2 s made tiny.en hear fragments: WER 12.4 -> 8.2 %, see
+    #: asr/pauses.py); 0 = decode the audio as it is
     max_pause_ms: int = 300
 
 
@@ -384,8 +384,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("turn: continuation_max_gap_ms (0 = no cap) and patience_ms (0 = off) must be >= 0")
     if cfg.llm.kv_block_tokens < 0 or cfg.llm.kv_block_tokens % 16:
         raise ConfigError("llm.kv_block_tokens: must be 0 (auto) or a positive multiple of 16 (32 on CPU)")
-    if cfg.asr.cpu_threads < 0 or cfg.asr.max_batch < 1:
-        raise ConfigError("asr: cpu_threads must be >= 0 (0 = chosen for the machine), max_batch >= 1")
+    if cfg.asr.cpu_threads < 0:
+        raise ConfigError("asr.cpu_threads: must be >= 0 (0 = chosen for the machine)")
     if cfg.tts.min_clause_words < 1:
         raise ConfigError("tts.min_clause_words: must be >= 1")
     if cfg.tts.first_chunk_words is not None and cfg.tts.first_chunk_words < 0:
