@@ -33,4 +33,10 @@ class ASREngine(Protocol):
         """Decode mono float32 audio at ``sample_rate_hz``. Thread-safe; blocking."""
         ...
 
+    def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:
+        """A preview of an utterance still being spoken (cut anywhere, often mid-word): as
+        :meth:`transcribe`, or None when this preview would cost more than a usual decode
+        (the caller then has no partial this time). Thread-safe; blocking."""
+        ...
+
     def close(self) -> None: ...

@@ -8,9 +8,15 @@ partial only when the count is zero (``asr.partials_on_idle_engine``).
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import TypeVar
 
 __all__ = ["EngineLoad"]
+
+_T = TypeVar("_T")
 
 
 class EngineLoad:
@@ -34,3 +40,21 @@ class EngineLoad:
     def end(self) -> None:
         with self._lock:
             self._decodes = max(0, self._decodes - 1)
+
+    async def run(self, executor: Executor | None, work: Callable[[], _T]) -> _T:
+        """``work()`` in ``executor`` (None: the loop's default), counted from now until its
+        thread returns."""
+
+        def counted() -> _T:
+            try:
+                return work()
+            finally:
+                self.end()
+
+        self.begin()
+        try:
+            future = asyncio.get_running_loop().run_in_executor(executor, counted)
+        except BaseException:
+            self.end()  # never handed to a thread
+            raise
+        return await future

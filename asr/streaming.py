@@ -11,7 +11,8 @@ Life of one utterance, as the session runtime drives it::
 
     start(pre_roll)          VAD: speech started
     append(frame) ...        every frame while the user speaks (and after)
-    await partial()          as often as you like; decodes only when due
+    await partial()          as often as you like; decodes only when due (the engine's
+                             transcribe_partial: it may skip a costly one)
     speculate()              VAD: the pause started -> final decode begins now
     invalidate()             VAD: speech resumed -> that decode is discarded
     speculate()              the next pause
@@ -225,12 +226,12 @@ class UtteranceTranscriber:
         self._last_partial_samples = samples
         self._partial_running = True
         try:
-            result = (await self._decode(audio)).result
+            result = await self._preview(audio)
         finally:
             if utterance == self._utterance:
                 self._partial_running = False
-        if utterance != self._utterance or self._closed:
-            return None  # a new utterance started meanwhile
+        if utterance != self._utterance or self._closed or result is None:
+            return None  # a new utterance started meanwhile, or the engine skipped this one
         self._agreement.update(result.words)
         committed, tentative = self._agreement.committed, self._agreement.tentative
         if self._last_partial == (committed, tentative):
@@ -359,27 +360,20 @@ class UtteranceTranscriber:
             return np.zeros(0, dtype=np.float32)
         return self._chunks[0]
 
+    def _shortened(self, audio: NDArray[np.float32]) -> NDArray[np.float32]:
+        return shorten_pauses(audio, self._engine.sample_rate_hz, self._cfg.max_pause_ms / 1000)
+
     async def _decode(self, audio: NDArray[np.float32]) -> Decoded:
-        max_pause_s = self._cfg.max_pause_ms / 1000
-        rate = self._engine.sample_rate_hz
-
-        load = self._load
-
         def run() -> Decoded:
-            try:
-                start = self._stamp()
-                result = self._engine.transcribe(shorten_pauses(audio, rate, max_pause_s))
-                return Decoded(result, start, self._stamp())
-            finally:
-                load.end()
+            start = self._stamp()
+            result = self._engine.transcribe(self._shortened(audio))
+            return Decoded(result, start, self._stamp())
 
-        load.begin()
-        try:
-            future = asyncio.get_running_loop().run_in_executor(self._executor, run)
-        except BaseException:
-            load.end()  # never handed to a thread
-            raise
-        return await future
+        return await self._load.run(self._executor, run)
+
+    async def _preview(self, audio: NDArray[np.float32]) -> Transcription | None:
+        preview = self._engine.transcribe_partial
+        return await self._load.run(self._executor, lambda: preview(self._shortened(audio)))
 
     def _spawn(self, coro: Coroutine[Any, Any, Decoded]) -> asyncio.Task[Decoded]:
         task = asyncio.get_running_loop().create_task(coro, name="asr-speculative-final")

@@ -180,6 +180,9 @@ class FakeASR:
             raise error
         return Transcription(text, tuple(text.split()), audio.size / RATE, 1000 * self.delay_s)
 
+    def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:
+        return self.transcribe(audio)
+
     def close(self) -> None:
         self.closed = True
 

@@ -49,6 +49,9 @@ class FakeEngine:
         text = self.script(audio.size)
         return Transcription(text, tuple(text.split()), audio.size / RATE, 1.0)
 
+    def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:
+        return self.transcribe(audio)
+
     def close(self) -> None:
         pass
 
@@ -176,6 +179,37 @@ async def test_partial_returns_none_when_the_decode_changed_nothing(
     assert second is not None and second.committed == "hello"
     tr.append(ms(500))
     assert await tr.partial() is None  # same committed, same tentative
+    await tr.aclose()
+
+
+class SkippingEngine(FakeEngine):
+    """Its partials are skipped (as the real engine skips one its fast path rejects)
+    while ``skip`` is set; finals always decode."""
+
+    skip = True
+
+    def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:
+        result = self.transcribe(audio)
+        return None if self.skip else result
+
+
+async def test_a_partial_the_engine_skips_is_no_partial_and_changes_nothing(
+    executor: ThreadPoolExecutor,
+) -> None:
+    engine = SkippingEngine(growing)
+    load = EngineLoad()
+    tr = UtteranceTranscriber(engine, ASRConfig(partial_interval_ms=500), executor=executor, load=load)
+    tr.start(ms(1000))
+    assert await tr.partial() is None
+    assert engine.calls == [1000] and not load.busy  # decoded, counted and done
+    assert not tr.partial_due  # the skipped one counts as this interval's partial
+    tr.append(ms(500))
+    engine.skip = False
+    p = await tr.partial()
+    assert p is not None and (p.committed, p.tentative) == ("", "what is the")  # nothing committed
+    tr.speculate()
+    final = await tr.final()
+    assert final.text == "what is the" and final.speculative
     await tr.aclose()
 
 

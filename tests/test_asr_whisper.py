@@ -79,6 +79,8 @@ def test_long_audio_takes_the_full_path(fw_asr: FasterWhisperASR, caplog: pytest
         result = fw_asr.transcribe(audio)
     assert word_error_rate(" ".join(sentences), result.text) <= 0.15, result.text
     assert "rejected" not in caplog.text  # too long for the short window is not a rejection
+    partial = fw_asr.transcribe_partial(audio)  # too long for it: a partial takes the full path too
+    assert partial is not None and partial.text == result.text
 
 
 def test_degenerate_fast_decode_falls_back(
@@ -92,6 +94,34 @@ def test_degenerate_fast_decode_falls_back(
         assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
     # the fallback is said in the server's log: it explains a slow decode in the ledger
     assert "short window's decode" in caplog.text and "rejected" in caplog.text
+
+
+def test_a_partial_never_takes_the_full_window(
+    fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partial hears the utterance cut mid-sentence; when the short window's decode of it is
+    rejected, the partial is skipped: the 30 s window would hold the engine 0.3-0.9 s."""
+    reference = "How many legs does a spider have?"
+    audio = concat(silence(0.15), espeak(reference, voice="en-gb+m1"))
+    cut = audio[: round(1.0 * RATE)]  # as a partial hears it, mid-sentence
+    fast = fw_asr.transcribe_window(cut)
+    partial = fw_asr.transcribe_partial(cut)
+    assert (None if partial is None else partial.text) == (None if fast is None else fast.text)
+    whole = fw_asr.transcribe_partial(audio)
+    assert whole is not None and word_error_rate(reference, whole.text) <= 0.15, whole.text
+    full_path: list[float] = []
+    transcribe_full = fw_asr.transcribe_full
+
+    def spy(samples: Any) -> Any:
+        full_path.append(samples.size / RATE)
+        return transcribe_full(samples)
+
+    monkeypatch.setattr(fw_asr, "transcribe_full", spy)
+    monkeypatch.setattr(asr.window, "looks_degenerate", lambda text, audio_s, *, hit_max_length: True)
+    assert fw_asr.transcribe_partial(audio) is None  # rejected: no partial this time
+    assert full_path == []
+    final = fw_asr.transcribe(audio)  # a final still falls back and hears the words
+    assert full_path and word_error_rate(reference, final.text) <= 0.15, final.text
 
 
 def test_fast_decode_that_runs_out_of_tokens_falls_back(

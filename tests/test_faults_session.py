@@ -89,6 +89,9 @@ class RaisingASR:
             raise RuntimeError("the ASR wrapper broke on purpose")
         return result
 
+    def transcribe_partial(self, audio: Any) -> Transcription | None:
+        return self._inner.transcribe_partial(audio)  # partials are previews: never the trigger
+
     def close(self) -> None:
         pass
 

@@ -76,6 +76,10 @@ class CountedASR:
         self._calls.log.append("asr")
         return self._inner.transcribe(audio)
 
+    def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:
+        self._calls.log.append("asr")
+        return self._inner.transcribe_partial(audio)
+
     def close(self) -> None:
         pass
 
