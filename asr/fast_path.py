@@ -85,6 +85,7 @@ smallest with 1 s room, then 30 s  1    141 / 657 ms, 14.6 %      158 / 802 ms, 
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -92,6 +93,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.window import WINDOW_MARGIN_S, ct2_max_length, judge_window
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LEAD_IN_S", "MAX_NEW_TOKENS_EXTRA", "MAX_NEW_TOKENS_PER_S", "WindowDecoder"]
 
@@ -172,10 +175,15 @@ class WindowDecoder:
         tokens: list[int] = result.sequences_ids[0]
         # faster-whisper's recovery of the average log-probability (length_penalty 1)
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        return judge_window(
-            str(self.tokenizer.decode(tokens)).strip(),
-            audio_s,
-            no_speech_prob=float(result.no_speech_prob),
-            avg_logprob=float(avg_logprob),
-            hit_max_length=len(tokens) >= max_new_tokens,
+        text = str(self.tokenizer.decode(tokens)).strip()
+        no_speech, hit_max = float(result.no_speech_prob), len(tokens) >= max_new_tokens
+        verdict = judge_window(
+            text, audio_s, no_speech_prob=no_speech, avg_logprob=float(avg_logprob), hit_max_length=hit_max
         )
+        if verdict is None:  # why, for the server's log (-v): a rejection costs a slow decode
+            log.info(
+                "asr: the short window heard %r in %.1f s (no-speech %.2f, log-prob %.2f, %d tokens%s): "
+                "not trusted", text, audio_s, no_speech, avg_logprob, len(tokens),
+                ", budget hit" if hit_max else "",
+            )  # fmt: skip
+        return verdict
