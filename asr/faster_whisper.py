@@ -209,7 +209,7 @@ class FasterWhisperASR:
         fast_ms = (time.monotonic_ns() - t0) / 1e6
         full = self.transcribe_full(audio)
         audio_s = full.audio_s
-        if audio_s + LEAD_IN_S <= self.window_max_s:  # it fitted: the guards rejected it
+        if self._fits_window(audio_s):  # the guards rejected it
             log.info(
                 "asr: the short window's decode of %.1f s was rejected after %.0f ms; "
                 "the full 30 s window took %.0f ms",
@@ -229,14 +229,18 @@ class FasterWhisperASR:
         :meth:`transcribe`.
         """
         samples = _as_mono(audio)
-        audio_s = samples.shape[0] / self.sample_rate_hz
-        window = self.choose_window(audio_s)
-        if window is None or audio_s + LEAD_IN_S > window:
-            return self.transcribe(samples)
         result = self.transcribe_window(samples)
-        if result is None:
-            log.info("asr: a partial of %.1f s was skipped: the short window's decode was rejected", audio_s)
-        return result
+        if result is not None:
+            return result
+        audio_s = samples.shape[0] / self.sample_rate_hz
+        if not self._fits_window(audio_s):
+            return self.transcribe_full(samples)  # too long for the short window, as in transcribe
+        log.info("asr: a partial of %.1f s was skipped: the short window's decode was rejected", audio_s)
+        return None
+
+    def _fits_window(self, audio_s: float) -> bool:
+        """Whether the fast path takes ``audio_s`` seconds (a None from it was then a rejection)."""
+        return audio_s + LEAD_IN_S <= self.window_max_s
 
     def choose_window(self, audio_s: float) -> float | None:
         """The window ``audio_s`` seconds of audio decode in on the fast path, None = none."""
