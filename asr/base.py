@@ -8,6 +8,7 @@ commit policy, speculative final decodes -- is built on top of this in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,11 +27,22 @@ class Transcription:
     decode_ms: float
 
 
+#: the utterance so far, with what came after a decode's audio was taken (None: nothing usable)
+MoreAudio = Callable[[], "NDArray[np.float32] | None"]
+
+
 class ASREngine(Protocol):
     sample_rate_hz: int
 
-    def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
-        """Decode mono float32 audio at ``sample_rate_hz``. Thread-safe; blocking."""
+    def transcribe(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Transcription:
+        """Decode mono float32 audio at ``sample_rate_hz``. Thread-safe; blocking.
+
+        ``more`` is given when the utterance is still being recorded (the decode made at
+        the start of a pause, whose audio is silence until the speaker goes on): it returns
+        the utterance with the audio that came since, or None when there is none to use.
+        An engine whose usual decode of ``audio`` is doubtful may decode that instead of
+        taking a costlier path (a cut at the first silent frame can end inside the last
+        word's soft ending)."""
         ...
 
     def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:

@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from asr.base import Transcription
+from asr.base import MoreAudio, Transcription
 from asr.fast_path import LEAD_IN_S, WindowDecoder
 from asr.window import (
     LOG_PROB_THRESHOLD,
@@ -108,6 +108,9 @@ __all__ = [
 
 #: audio shorter than this decodes to "" without running the model
 MIN_AUDIO_S = 0.1
+#: a rejected pause decode is retried in the short window with the pause that came since
+#: when there is at least this much of it (see :meth:`FasterWhisperASR.transcribe`)
+MORE_AUDIO_MIN_S = 0.1
 
 #: files a CTranslate2 Whisper directory must hold for an offline load
 #: (without tokenizer.json faster-whisper would try to download one)
@@ -196,18 +199,40 @@ class FasterWhisperASR:
         window = self._window
         return 0.0 if window is None else window.max_audio_s
 
-    def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
+    def transcribe(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Transcription:
         """Decode one utterance (mono float32 at 16 kHz). Blocking; call from a thread.
 
         The short-window fast path first (audio up to :attr:`window_max_s`), the full
         30 s window when the audio is longer or the fast decode is unusable.
+
+        ``more`` (the pause's decode, :class:`asr.base.ASREngine`): when the fast path
+        rejects ``audio`` and ``more()`` brings at least :data:`MORE_AUDIO_MIN_S` of the
+        pause after it, that longer audio is decoded in the short window before the full
+        window is asked. The VAD's first silent frame can come before the last word's soft
+        ending ("make" in "What do bees make?"): cut there, the short window heard "What do
+        these may?" (no-speech 0.61-0.73), and the full window took 1.3-1.5 s alone on a
+        2-core AVX2 EPYC. With 0.3 s of the pause added, 10 of 10 such cuts were trusted in
+        the short window (9 of 10 with 0.1-0.2 s), each decode ~0.43 s, and their word error
+        rate was the full window's.
         """
         t0 = time.monotonic_ns()
-        result = self.transcribe_window(audio)
+        samples = _as_mono(audio)
+        result = self.transcribe_window(samples)
         if result is not None:
             return result
+        later = self._more_audio(samples, more)
+        if later is not None:
+            result = self.transcribe_window(later)
+            if result is not None:
+                cut_s, total_ms = samples.shape[0] / self.sample_rate_hz, (time.monotonic_ns() - t0) / 1e6
+                log.info(
+                    "asr: the short window's decode of %.1f s was rejected; with the %.2f s of "
+                    "pause since, it was trusted (%.0f ms in all)", cut_s, result.audio_s - cut_s, total_ms,
+                )  # fmt: skip
+                return dataclasses.replace(result, decode_ms=total_ms)
+            samples = later
         fast_ms = (time.monotonic_ns() - t0) / 1e6
-        full = self.transcribe_full(audio)
+        full = self.transcribe_full(samples)
         audio_s = full.audio_s
         if self._fits_window(audio_s):  # the guards rejected it
             log.info(
@@ -237,6 +262,19 @@ class FasterWhisperASR:
             return self.transcribe_full(samples)  # too long for the short window, as in transcribe
         log.info("asr: a partial of %.1f s was skipped: the short window's decode was rejected", audio_s)
         return None
+
+    def _more_audio(self, samples: NDArray[np.float32], more: MoreAudio | None) -> NDArray[np.float32] | None:
+        """The longer audio a rejected short-window decode of ``samples`` is retried with,
+        None when there is none (no ``more``, too little of it, or ``samples`` never fit)."""
+        if more is None or not self._fits_window(samples.shape[0] / self.sample_rate_hz):
+            return None
+        later = more()
+        if later is None:
+            return None
+        later = _as_mono(later)
+        if later.shape[0] - samples.shape[0] < MORE_AUDIO_MIN_S * self.sample_rate_hz:
+            return None
+        return later
 
     def _fits_window(self, audio_s: float) -> bool:
         """Whether the fast path takes ``audio_s`` seconds (a None from it was then a rejection)."""

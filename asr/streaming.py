@@ -18,8 +18,9 @@ Life of one utterance, as the session runtime drives it::
     speculate()              the next pause
     await final()            endpoint: reuse the speculation or decode now
 
-Audio appended after :meth:`speculate` is taken to be silence (the pause) unless
-:meth:`invalidate` is called, so a valid speculation covers all the speech.
+Audio appended after :meth:`speculate` is silence (the pause) unless :meth:`invalidate` is
+called, so a valid speculation covers all the speech; the engine may decode it too, when
+its decode of the audio up to the pause is doubtful (``more`` of ``ASREngine.transcribe``).
 
 Every decode hears the utterance with its long inner pauses shortened to
 ``asr.max_pause_ms`` (:mod:`asr.pauses`): a speaker who pauses mid-sentence is
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from asr.base import ASREngine, Transcription
+from asr.base import ASREngine, MoreAudio, Transcription
 from asr.load import EngineLoad
 from asr.local_agreement import LocalAgreement
 from asr.pauses import shorten_pauses
@@ -255,7 +256,7 @@ class UtteranceTranscriber:
         self._check_open()
         if not self._cfg.speculative_final or speculation_usable(self._speculation, self._utterance):
             return
-        task = self._spawn(self._decode(self._snapshot()))
+        task = self._spawn(self._decode(self._snapshot(), more=self._so_far(self._utterance)))
         self._speculation = Speculation(task, self._utterance)
 
     def invalidate(self) -> None:
@@ -363,10 +364,21 @@ class UtteranceTranscriber:
     def _shortened(self, audio: NDArray[np.float32]) -> NDArray[np.float32]:
         return shorten_pauses(audio, self._engine.sample_rate_hz, self._cfg.max_pause_ms / 1000)
 
-    async def _decode(self, audio: NDArray[np.float32]) -> Decoded:
+    def _so_far(self, utterance: int) -> MoreAudio:
+        """Utterance ``utterance`` so far, None once another began (the engine's thread asks)."""
+
+        def audio() -> NDArray[np.float32] | None:
+            chunks = list(self._chunks)  # one atomic copy; the loop only appends or replaces
+            if self._utterance != utterance or not chunks:  # start() counts before it clears
+                return None
+            return self._shortened(np.concatenate(chunks))
+
+        return audio
+
+    async def _decode(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Decoded:
         def run() -> Decoded:
             start = self._stamp()
-            result = self._engine.transcribe(self._shortened(audio))
+            result = self._engine.transcribe(self._shortened(audio), more=more)
             return Decoded(result, start, self._stamp())
 
         return await self._load.run(self._executor, run)

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from asr.base import Transcription
+from asr.base import MoreAudio, Transcription
 from llm.base import (
     ChatMessage,
     HealthTracker,
@@ -168,7 +168,7 @@ class FakeASR:
         self.gate.set()
         self._lock = threading.Lock()
 
-    def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
+    def transcribe(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Transcription:
         with self._lock:
             self.calls += 1
             self.decoded_s.append(audio.size / RATE)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from asr.base import Transcription
+from asr.base import MoreAudio, Transcription
 from asr.load import EngineLoad
 from asr.streaming import (
     FinalTranscript,
@@ -42,7 +42,7 @@ class FakeEngine:
         if not gated:
             self.gate.set()
 
-    def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
+    def transcribe(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Transcription:
         self.calls.append(audio.size)
         self.entered.release()
         self.gate.wait(timeout=30)
@@ -398,6 +398,60 @@ async def test_final_waits_for_a_running_speculation(executor: ThreadPoolExecuto
         text="what is", words=("what", "is"), audio_s=1.0, decode_ms=1.0,
         speculative=True, waited_ms=7.0,
     )
+    await tr.aclose()
+
+
+class AskingEngine(FakeEngine):
+    """Asks for the audio that came since, after its (gated) decode, as the real engine does
+    when its short window rejects the pause's cut; records the answer: "not offered" when
+    the transcriber gave no ``more``, else its length in samples or None."""
+
+    def __init__(self, script: Callable[[int], str]) -> None:
+        super().__init__(script, gated=True)
+        self.answers: list[int | str | None] = []
+        self.answered = threading.Semaphore(0)
+
+    def transcribe(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Transcription:
+        result = super().transcribe(audio)
+        later = None if more is None else more()
+        self.answers.append("not offered" if more is None else None if later is None else later.size)
+        self.answered.release()
+        return result
+
+
+async def test_the_pause_decode_may_ask_for_the_pause_that_came_since(executor: ThreadPoolExecutor) -> None:
+    engine = AskingEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    tr.append(np.zeros(200, dtype=np.float32))  # the pause goes on while the engine decodes
+    engine.gate.set()
+    final = await tr.final()
+    assert final.speculative and engine.calls == [1000]
+    assert engine.answers == [1200]  # the utterance so far, pause included
+    tr.start(ms(500))
+    tr.append(ms(500))
+    await tr.final()  # no speculation: the whole utterance is there, nothing is offered
+    assert engine.answers == [1200, "not offered"]
+    await tr.aclose()
+
+
+async def test_the_pause_decode_gets_nothing_once_another_utterance_began(
+    executor: ThreadPoolExecutor,
+) -> None:
+    engine = AskingEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    tr.start(ms(500))  # the speaker went on as a new utterance: the old decode is void
+    engine.gate.set()
+    final = await tr.final()
+    assert not final.speculative and final.text == "what"
+    for _ in range(2):  # the void decode's thread runs to its end too
+        assert await asyncio.to_thread(engine.answered.acquire, True, 10.0)
+    assert sorted(engine.answers, key=str) == [None, "not offered"]  # never the new utterance's audio
     await tr.aclose()
 
 

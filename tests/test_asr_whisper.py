@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,55 @@ def test_fast_decode_that_runs_out_of_tokens_falls_back(
     monkeypatch.setattr(asr.fast_path, "MAX_NEW_TOKENS_EXTRA", 3)  # three tokens cannot hold six words
     assert fw_asr.transcribe_window(audio) is None
     assert word_error_rate(reference, fw_asr.transcribe(audio).text) <= 0.15
+
+
+async def test_a_rejected_pause_decode_is_retried_with_the_pause_since_not_the_full_window(
+    fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The VAD's first silent frame can come before the last word's soft ending; the short
+    window may not trust that cut. The pause's decode then hears the pause that came since,
+    in the short window, instead of holding the engine for the 30 s window."""
+    reference = "What do bees make?"
+    speech = concat(silence(0.15), espeak(reference, voice="en-gb+m1"))
+    short_window, full_window = fw_asr.transcribe_window, fw_asr.transcribe_full
+    heard: list[float] = []
+    full: list[float] = []
+    appended = threading.Event()
+
+    def window(samples: Any, **kw: Any) -> Any:
+        heard.append(samples.size / RATE)
+        if samples.size == speech.size:  # the cut at the pause: rejected, once the pause went on
+            assert appended.wait(10)
+            return None
+        return short_window(samples, **kw)
+
+    def spy(samples: Any) -> Any:
+        full.append(samples.size / RATE)
+        return full_window(samples)
+
+    monkeypatch.setattr(fw_asr, "transcribe_window", window)
+    monkeypatch.setattr(fw_asr, "transcribe_full", spy)
+    transcriber = UtteranceTranscriber(fw_asr, ASRConfig(partial_interval_ms=0))
+    try:
+        transcriber.start(speech)
+        transcriber.speculate()
+        transcriber.append(silence(0.3))  # the pause goes on while the engine decodes
+        appended.set()
+        final = await transcriber.final()
+    finally:
+        await transcriber.aclose()
+    assert final.speculative and full == []
+    assert heard == [pytest.approx(speech.size / RATE), pytest.approx(speech.size / RATE + 0.3)]
+    assert final.audio_s == pytest.approx(speech.size / RATE + 0.3)
+    assert word_error_rate(reference, final.text) <= 0.25, final.text
+
+    # too little of the pause, or none offered: the full window, on the cut
+    heard.clear()
+    result = fw_asr.transcribe(speech, more=lambda: concat(speech, silence(0.05)))
+    assert full == [pytest.approx(speech.size / RATE)] and len(heard) == 1
+    assert word_error_rate(reference, result.text) <= 0.25, result.text
+    fw_asr.transcribe(speech, more=lambda: None)
+    assert len(full) == 2
 
 
 async def test_streamed_partials_commit_a_prefix_of_the_final(fw_asr: FasterWhisperASR) -> None:

@@ -29,7 +29,7 @@ from speech import concat, espeak, normalize, silence
 from test_llm_remote import running_on_server
 from wsclient import VoiceClient, voice_client
 
-from asr.base import ASREngine, Transcription
+from asr.base import ASREngine, MoreAudio, Transcription
 from llm.base import LLM, ChatMessage, LLMDelta, LLMHealth
 from llm.remote import RemoteVLLM
 from tts.base import TTS
@@ -82,8 +82,8 @@ class RaisingASR:
         self.sample_rate_hz = inner.sample_rate_hz
         self.raised = 0
 
-    def transcribe(self, audio: Any) -> Transcription:
-        result = self._inner.transcribe(audio)
+    def transcribe(self, audio: Any, *, more: MoreAudio | None = None) -> Transcription:
+        result = self._inner.transcribe(audio, more=more)
         if triggered(result.text):
             self.raised += 1
             raise RuntimeError("the ASR wrapper broke on purpose")

@@ -18,7 +18,7 @@ from fakes import FakeLLM
 from numpy.typing import NDArray
 from speech import espeak
 
-from asr.base import ASREngine, Transcription
+from asr.base import ASREngine, MoreAudio, Transcription
 from llm.base import LLM, ChatMessage, LLMDelta, LLMHealth, PrefillResult
 from tts.base import TTS
 from vad.base import VAD, VADStream
@@ -72,9 +72,9 @@ class CountedASR:
         self._inner, self._calls = inner, calls
         self.sample_rate_hz = inner.sample_rate_hz
 
-    def transcribe(self, audio: NDArray[np.float32]) -> Transcription:
+    def transcribe(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Transcription:
         self._calls.log.append("asr")
-        return self._inner.transcribe(audio)
+        return self._inner.transcribe(audio, more=more)
 
     def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:
         self._calls.log.append("asr")
