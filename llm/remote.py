@@ -35,6 +35,7 @@ session's trace, a span id the turn's LLM span takes: :mod:`voice_pipeline.telem
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import time
@@ -63,6 +64,10 @@ if TYPE_CHECKING:
 
 #: connect timeout in seconds (capped by ``request_timeout_s``)
 CONNECT_TIMEOUT_S: Final = 5.0
+#: an idle pooled connection is closed after this long: under vLLM's own keep-alive
+#: (``VLLM_HTTP_TIMEOUT_KEEP_ALIVE``, 5 s), so the client never sends on a connection the
+#: server is closing at that moment (httpx's default is 5 s too: a race)
+KEEPALIVE_EXPIRY_S: Final = 2.0
 
 
 class RemoteVLLM:
@@ -81,7 +86,10 @@ class RemoteVLLM:
             cfg.request_timeout_s,
             connect=min(CONNECT_TIMEOUT_S, cfg.request_timeout_s),
         )
-        self._client = httpx.AsyncClient(timeout=timeout)
+        limits = httpx.Limits(
+            max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY_S
+        )
+        self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
         #: open reply streams by request id (None while connecting)
         self._streams: dict[str, httpx.Response | None] = {}
         self._aborted: set[str] = set()
@@ -134,9 +142,10 @@ class RemoteVLLM:
             )
             if request_id in self._aborted:
                 return  # aborted while the model name was looked up
-            async with self._client.stream(
+            request = self._client.build_request(
                 "POST", url, json=body, headers={"X-Request-Id": request_id, **llm_headers()}
-            ) as response:
+            )
+            async with contextlib.aclosing(await self._send(request)) as response:
                 if request_id in self._aborted:
                     return  # aborted while connecting; leaving closes the response
                 self._streams[request_id] = response
@@ -191,6 +200,19 @@ class RemoteVLLM:
         finally:
             self._streams.pop(request_id, None)
             self._aborted.discard(request_id)
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """``request`` sent, its answer streamed. A server that hangs up before answering is
+        asked once more: a pooled keep-alive connection can be closed by the server just as a
+        request goes out on it (seen on a loaded 2-core AVX2 EPYC: ``ReadError`` on a turn's
+        first request), and nothing was generated for it. A refusal, a timeout or a stream
+        cut after the answer began is not retried."""
+        import httpx
+
+        try:
+            return await self._client.send(request, stream=True)
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+            return await self._client.send(request, stream=True)
 
     async def prefill(self, messages: Sequence[ChatMessage], request_id: str) -> PrefillResult:
         """A one-token chat completion on the prefix (see :meth:`llm.base.LLM.prefill`):

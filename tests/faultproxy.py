@@ -9,6 +9,9 @@ upstream. Switch it at any time:
   response have gone through it (a stream cut mid-reply);
 * :meth:`FaultProxy.stall` -- stop forwarding in both directions; connections stay open
   and silent (a hung server, or a network black hole);
+* :meth:`FaultProxy.hang_up` -- close the connection of each of the next ``n`` requests
+  as it arrives, before any answer (a server closing an idle keep-alive connection just
+  as the client sends on it); then plain forwarding;
 * :meth:`FaultProxy.heal` -- back to plain forwarding (listening again on the same port;
   data held by a stall flows on).
 
@@ -63,6 +66,9 @@ class FaultProxy:
         self.port = 0
         #: connections accepted so far
         self.accepted = 0
+        self._hang_ups = 0
+        #: requests hung up on so far (:meth:`hang_up`)
+        self.hung_up = 0
 
     @property
     def url(self) -> str:
@@ -98,6 +104,9 @@ class FaultProxy:
         self._drop_after = n_bytes
         for conn in self._conns:
             conn.down_bytes = 0
+
+    def hang_up(self, n: int) -> None:
+        self._hang_ups = n
 
     def stall(self) -> None:
         self.mode = Mode.STALL
@@ -148,6 +157,10 @@ class FaultProxy:
         try:
             while data := await reader.read(CHUNK):
                 await self._flowing.wait()  # a stall holds the data (and stops reading more)
+                if not downstream and self._hang_ups > 0:  # a request: hung up on, unanswered
+                    self._hang_ups -= 1
+                    self.hung_up += 1
+                    return
                 if downstream and self.mode is Mode.DROP:
                     allowed = self._drop_after - conn.down_bytes
                     if len(data) >= allowed:

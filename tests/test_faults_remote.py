@@ -87,14 +87,14 @@ async def test_while_backing_off_a_request_fails_fast_without_a_connection() -> 
         with pytest.raises(EngineError) as first:
             await collect(llm, QUESTION, "first")
         assert first.value.retryable
-        assert proxy.accepted == 1
+        assert proxy.accepted == 2  # hung up on before an answer: asked once more, then failed
         health = llm.health()
         assert not health.ok and health.failures == 1 and 0 < health.retry_in_s <= 60
         assert health.reason == str(first.value)
         with pytest.raises(EngineError, match="next try in") as second:
             await collect(llm, QUESTION, "second")
         assert second.value.retryable
-        assert proxy.accepted == 1  # refused without touching the network
+        assert proxy.accepted == 2  # refused without touching the network
         assert llm.health().failures == 1  # a refusal during the backoff is not a new failure
         assert llm.unfinished_requests() == 0
     finally:
@@ -146,6 +146,26 @@ async def test_each_fault_is_a_retryable_error_and_the_client_recovers(
         await until_retry_allowed(llm)
         assert "Paris" in await collect(llm, QUESTION, "after")
         assert llm.health().ok
+    finally:
+        await llm.aclose()
+
+
+@pytest.mark.real_models
+async def test_a_request_the_server_hangs_up_on_before_answering_is_sent_once_more(proxy: FaultProxy) -> None:
+    llm = RemoteVLLM(remote_config(proxy.url))
+    try:
+        assert "Paris" in await collect(llm, QUESTION, "before")  # a pooled keep-alive connection now
+        proxy.hang_up(1)  # as a server closing that connection just as the next request goes out
+        assert "Paris" in await collect(llm, QUESTION, "hung-up-once")
+        assert proxy.hung_up == 1 and llm.health().ok
+        proxy.hang_up(2)  # twice in a row: a real failure, said as one
+        with pytest.raises(EngineError) as info:
+            await collect(llm, QUESTION, "hung-up-twice")
+        assert info.value.retryable and "stream broke" in str(info.value)
+        assert proxy.hung_up == 3 and llm.health().failures == 1
+        assert llm.unfinished_requests() == 0
+        await until_retry_allowed(llm)
+        assert "Paris" in await collect(llm, QUESTION, "after")
     finally:
         await llm.aclose()
 
