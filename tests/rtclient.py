@@ -94,16 +94,21 @@ class RealtimeClient:
         return [e for e in self.events[since:] if e.type == kind]
 
     async def wait_for(self, match: Callable[[Any], bool], timeout_s: float = 60.0, since: int = 0) -> Any:
-        """The first event from ``since`` on that ``match``es (waits for it)."""
-        async with asyncio.timeout(timeout_s):
-            while True:
-                for event in self.events[since:]:
-                    if match(event):
-                        return event
-                if self.closed:
-                    raise AssertionError(f"closed; got {[e.type for e in self.events[since:]]}")
-                self._changed.clear()
-                await self._changed.wait()
+        """The first event from ``since`` on that ``match``es (waits for it). On a timeout the
+        error lists what did come (deltas left out; a response's status said)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    for event in self.events[since:]:
+                        if match(event):
+                            return event
+                    if self.closed:
+                        raise AssertionError(f"closed; got {[e.type for e in self.events[since:]]}")
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            came = [_said(e) for e in self.events[since:] if not e.type.endswith(".delta")]
+            raise AssertionError(f"nothing matched in {timeout_s} s; got {came}") from None
 
     async def wait_type(self, kind: str, timeout_s: float = 60.0, since: int = 0) -> Any:
         return await self.wait_for(lambda e: e.type == kind, timeout_s, since)
@@ -136,3 +141,11 @@ async def realtime(srv: VoiceServer, api_key: str = "no-token") -> AsyncIterator
             yield rt
         finally:
             await rt.stop()
+
+
+def _said(event: Any) -> str:
+    """An event's type, and a response's id and status (what a timeout needs to be read)."""
+    response = getattr(event, "response", None)
+    if response is None:
+        return str(event.type)
+    return f"{event.type}({response.id}: {response.status})"
