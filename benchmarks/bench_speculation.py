@@ -21,6 +21,13 @@ modes interleaved question by question so that load on the machine hits both ali
   that cuts it (:meth:`tts.chunker.ClauseChunker.tentative` answers None during its turns).
 * ``whole-first`` -- the defaults, but the first chunk synthesized whole (``tts.head_first``
   off), not its first ~0.28 s before the rest (:mod:`tts.head_first`).
+* ``asr2`` -- the defaults, but 2 Whisper threads (the "before" engine) where the machine's
+  choice is 1;
+* ``model-words`` -- the defaults, but the turn model started once the words are in
+  (``turn.model_start: words``), not beside the decode;
+* ``no-partials`` -- the defaults, but no partial transcripts (``asr.partial_interval_ms: 0``):
+  no partial decode is on the engine when the pause's decode starts;
+* ``lean`` -- ``model-words`` and ``no-partials`` together.
 
 Per mode: voice-to-voice p50/p95 (ledger; it agrees with the wire within a frame),
 endpointing p50, when the words came back (p50, after the end of speech), how often the
@@ -74,6 +81,10 @@ def mode_config(base: Config, mode: str) -> Config:
             turn=dataclasses.replace(base.turn, model_start="words"),
             tts=dataclasses.replace(base.tts, first_chunk_words=0),
         )
+    if mode in ("model-words", "lean"):
+        base = dataclasses.replace(base, turn=dataclasses.replace(base.turn, model_start="words"))
+    if mode in ("no-partials", "lean"):
+        base = dataclasses.replace(base, asr=dataclasses.replace(base.asr, partial_interval_ms=0))
     if mode == "whole-first":
         return dataclasses.replace(base, tts=dataclasses.replace(base.tts, head_first=False))
     return base
@@ -152,7 +163,7 @@ async def main() -> None:
                 audio = espeak(q, voice=voice)
                 for mode in modes if rep % 2 == 0 else modes[::-1]:
                     eng = engines
-                    if mode == "before":
+                    if mode in ("before", "asr2"):
                         eng = dataclasses.replace(engines, asr=asr_before)
                     elif mode == "file-graph":
                         eng = dataclasses.replace(engines, tts=tts_file_graph)
