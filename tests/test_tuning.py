@@ -6,7 +6,13 @@ import pytest
 
 from voice_pipeline.config import ASRConfig, LLMConfig, TurnConfig
 from voice_pipeline.cpu import CPUClass, CPUInfo, parse_cpu, this_cpu
-from voice_pipeline.tuning import SLOW_TOKEN_MS, Source, choose, choose_first_chunk_words
+from voice_pipeline.tuning import (
+    SLOW_TOKEN_MS,
+    Source,
+    choose,
+    choose_first_chunk_words,
+    choose_partial_interval,
+)
 
 # flags lines as /proc/cpuinfo shows them (trimmed to what matters plus some noise)
 BASE = "fpu vme de pse tsc msr pae mce cx8 apic sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c"
@@ -220,3 +226,42 @@ async def test_warm_up_measures_the_llm_and_every_reply_cuts_by_it(delay_s: floa
     cfg = Config()
     assert chunking(engines, cfg.tts).first_chunk_words == words
     assert turn_settings(cfg, engines).prefetch.tts.first_chunk_words == words
+
+
+@pytest.mark.parametrize(
+    ("configured", "max_decode_ms", "decode_ms", "interval"),
+    [
+        (600, 250, 150.0, 600),  # AVX-512, or AVX2 at full width: the live transcript stays
+        (600, 250, 345.0, 0),  # AVX2 at half width (Zen 1): a partial would hold the pause's decode
+        (600, 250, 250.0, 600),  # at the line: still on
+        (600, 250, None, 600),  # not measured (engines built by hand, no warm-up)
+        (600, 0, 900.0, 600),  # 0: partials always
+        (0, 250, 100.0, 0),  # partials off stay off
+    ],
+)
+def test_partials_run_only_where_a_decode_is_fast(
+    configured: int, max_decode_ms: int, decode_ms: float | None, interval: int
+) -> None:
+    assert choose_partial_interval(configured, max_decode_ms, decode_ms) == interval
+
+
+@pytest.mark.parametrize(("delay_s", "partials"), [(0.0, True), (0.3, False)])
+async def test_warm_up_times_the_asr_and_a_slow_one_transcribes_without_partials(
+    delay_s: float, partials: bool
+) -> None:
+    """The warm-up decodes a question in the TTS voice (a fake ASR taking ``delay_s``); a
+    session's utterances get partials only if that was within ``asr.partials_max_decode_ms``."""
+    from fakes import FakeASR, Fakes
+
+    from voice_pipeline.config import Config
+    from voice_pipeline.conversation.wiring import turn_settings
+
+    asr = FakeASR(delay_s=delay_s)
+    engines = Fakes(asr=asr).engines()
+    assert engines.asr_decode_ms is None
+    await engines.warm_up()
+    assert engines.asr_decode_ms is not None and engines.asr_decode_ms >= delay_s * 1000
+    cfg = Config()
+    assert turn_settings(cfg, engines).asr.partial_interval_ms == (600 if partials else 0)
+    on_always = Config(asr=ASRConfig(partials_max_decode_ms=0))
+    assert turn_settings(on_always, engines).asr.partial_interval_ms == 600

@@ -23,7 +23,7 @@ from llm.base import LLM, ChatMessage, LLMDelta, LLMHealth, PrefillResult
 from tts.base import TTS
 from vad.base import VAD, VADStream
 from voice_pipeline.config import Config
-from voice_pipeline.conversation.wiring import chunking
+from voice_pipeline.conversation.wiring import chunking, turn_settings
 from voice_pipeline.engines import Engines
 from voice_pipeline.tuning import choose_first_chunk_words
 
@@ -147,6 +147,13 @@ async def test_warm_up_serves_a_request_through_every_engine(engines: Engines, c
     assert measured is not None and measured > 0
     first = chunking(wrapped, config.tts).first_chunk_words
     assert first == choose_first_chunk_words(None, measured) and first in (2, 3)
+    # it timed the real Whisper on a real question, which decides whether partials run here
+    decode = wrapped.asr_decode_ms
+    assert decode is not None and decode > 0
+    listens = turn_settings(config, wrapped).asr.partial_interval_ms
+    slow = decode > config.asr.partials_max_decode_ms
+    assert listens == (0 if slow else config.asr.partial_interval_ms), (decode, listens)
+    print(f"ASR at warm-up: {decode:.0f} ms for a question; partials {'off' if slow else 'on'}")
     # and the next turn-shaped request finds the system prompt's whole block in the cache
     question = ChatMessage("user", "Which day comes after Monday?")
     stream = llm.stream([ChatMessage("system", config.dialogue.system_prompt), question], "after-warm-up")

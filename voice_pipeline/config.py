@@ -114,12 +114,12 @@ class ASRConfig:
     compute_type: str = "int8"
     language: str = "en"
     beam_size: int = 1
-    #: CTranslate2 threads (0 = chosen for the machine: 2, or 1 on a single core; see
-    #: voice_pipeline/tuning.py)
-    cpu_threads: int = 0
+    cpu_threads: int = 0  # CTranslate2 threads; 0 = chosen for the machine (voice_pipeline/tuning.py)
     num_workers: int = 1
     #: decode the growing utterance this often for partial transcripts (0 = no partials)
     partial_interval_ms: int = 600
+    #: ... only where the warm-up's decode of a question took at most this (ms; 0 = always; tuning.py)
+    partials_max_decode_ms: int = 250
     #: a partial decode starts only when no decode of any session is on the engine, so that
     #: the decodes replies wait for never queue behind other sessions' partials (several
     #: sessions; one session barely notices: only its own discarded decode can hold one back)

@@ -27,6 +27,8 @@ _T = TypeVar("_T")
 
 #: LLM requests the warm-up makes; the faster pace of them is :attr:`Engines.llm_ms_per_token`
 WARM_UP_LLM_RUNS = 2
+#: what the warm-up's ASR decode hears (in the TTS voice): a short question, as users ask
+WARM_UP_QUESTION = "What is the capital of France?"
 
 
 def tune(cfg: Config, progress: Callable[[str], None]) -> Tuning:
@@ -92,6 +94,8 @@ class Engines:
     telemetry: Telemetry | None = None
     #: the LLM's ms per generated token, measured by :meth:`warm_up` (None: not measured)
     llm_ms_per_token: float | None = None
+    #: ms the ASR took for a spoken question's partial decode at :meth:`warm_up` (None: not measured)
+    asr_decode_ms: float | None = None
     #: the decodes on the ASR engine now, over every session (partials wait for an idle engine)
     asr_load: EngineLoad = field(default_factory=EngineLoad)
 
@@ -150,10 +154,31 @@ class Engines:
         log.info("LLM at warm-up: %s ms per generated token", self.llm_ms_per_token)
         await asyncio.to_thread(self.tts.synthesize, "Hello there.")
         await asyncio.to_thread(self.asr.transcribe, np.zeros(self.asr.sample_rate_hz // 2, np.float32))
+        self.asr_decode_ms = await asyncio.to_thread(self._asr_pace)
+        log.info("ASR at warm-up: %s ms for a question's partial decode", self.asr_decode_ms)
         vad = self.vad.stream()
         await asyncio.to_thread(vad.push, np.zeros(self.vad.frame_samples * 4, np.float32))
         if self.turn is not None:
             await asyncio.to_thread(self.turn.p_complete, np.zeros(self.turn.sample_rate_hz // 2, np.float32))
+
+    def _asr_pace(self) -> float | None:
+        """ms of the faster of two partial decodes of a spoken question (the TTS voice's), as
+        the partials of a turn cost; None if the TTS gave no audio."""
+        import numpy as np
+
+        from voice_pipeline.audio import resample
+
+        speech = self.tts.synthesize(WARM_UP_QUESTION)
+        if speech.size == 0:
+            return None
+        voiced = speech.astype(np.float32) / 32768.0
+        audio = resample(voiced, self.tts.sample_rate_hz, self.asr.sample_rate_hz)
+        times = []
+        for _ in range(2):
+            start = time.monotonic_ns()
+            self.asr.transcribe_partial(audio)
+            times.append((time.monotonic_ns() - start) / 1e6)
+        return min(times)
 
     async def _llm_pace(self, messages: list[ChatMessage], n: int) -> float | None:
         """ms per generated token of one request, from its first delta on (None: too short)."""

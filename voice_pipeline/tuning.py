@@ -267,3 +267,21 @@ def choose_first_chunk_words(configured: int | None, ms_per_token: float | None)
     if ms_per_token is not None and ms_per_token >= SLOW_TOKEN_MS:
         return 2
     return DEFAULT_FIRST_CHUNK_WORDS
+
+
+def choose_partial_interval(configured_ms: int, max_decode_ms: int, decode_ms: float | None) -> int:
+    """``asr.partial_interval_ms`` for this machine: as configured, or 0 (no partials) where
+    the warm-up's decode of a question (``decode_ms``, None: not measured) took longer than
+    ``asr.partials_max_decode_ms`` (0: partials always).
+
+    A partial is a preview, and the Whisper engine decodes one utterance at a time: a
+    partial still running when the pause begins holds the pause's decode back, by up to a
+    whole decode. On a 2-core AMD EPYC with AVX2 at half width (Zen 1; issue #18, 2026-12-04)
+    a question's decode took ~345 ms (the encoder's 10 s window ~235 of it), and then
+    (``benchmarks/bench_speculation.py --modes after,no-partials``, 20 questions each)
+    partials made 4 more turns of 20 miss their words by the medium wait: voice-to-voice
+    p50 / p95 977 / 1238 ms with partials, 920 / 1158 without. Where a decode takes ~150 ms
+    (AVX-512, or AVX2 at full width) a collision costs little and the live transcript stays."""
+    if max_decode_ms > 0 and decode_ms is not None and decode_ms > max_decode_ms:
+        return 0
+    return configured_ms

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from voice_pipeline.config import Config, TTSConfig
+from voice_pipeline.config import ASRConfig, Config, TTSConfig
 from voice_pipeline.conversation.phrases import Phrases
 from voice_pipeline.conversation.reply import ReplyDeps
 from voice_pipeline.conversation.speculation import PrefetchSettings
@@ -34,9 +34,9 @@ from voice_pipeline.conversation.utterance import UtteranceEngines
 from voice_pipeline.engines import Engines
 from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
-from voice_pipeline.tuning import choose_first_chunk_words
+from voice_pipeline.tuning import choose_first_chunk_words, choose_partial_interval
 
-__all__ = ["chunking", "kv_block_tokens", "reply_deps", "turn_settings", "utterance_engines"]
+__all__ = ["chunking", "kv_block_tokens", "listening", "reply_deps", "turn_settings", "utterance_engines"]
 
 
 def utterance_engines(engines: Engines) -> UtteranceEngines:
@@ -54,10 +54,18 @@ def chunking(engines: Engines, tts: TTSConfig) -> TTSConfig:
     return replace(tts, first_chunk_words=first)
 
 
+def listening(engines: Engines, asr: ASRConfig) -> ASRConfig:
+    """``asr`` as every utterance is transcribed: no partials where the warm-up's decode was
+    slower than ``asr.partials_max_decode_ms`` (:func:`~voice_pipeline.tuning.choose_partial_interval`)."""
+    measured = engines.asr_decode_ms
+    interval = choose_partial_interval(asr.partial_interval_ms, asr.partials_max_decode_ms, measured)
+    return asr if interval == asr.partial_interval_ms else replace(asr, partial_interval_ms=interval)
+
+
 def turn_settings(cfg: Config, engines: Engines) -> TurnSettings:
     prefetch = PrefetchSettings(cfg.dialogue.speculative_audio, chunking(engines, cfg.tts))
     return TurnSettings(
-        cfg.asr,
+        listening(engines, cfg.asr),
         cfg.turn,
         prefetch,
         pipeline_rate_hz=cfg.audio.pipeline_rate_hz,
