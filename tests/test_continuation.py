@@ -422,6 +422,34 @@ async def test_with_no_room_the_turn_model_waits_for_the_words() -> None:
         await h.session.aclose()
 
 
+@pytest.mark.parametrize("busy", ["asr", "llm"])
+async def test_with_other_work_on_the_engines_the_turn_model_waits_for_the_words(
+    busy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On AVX2 with another session's decode on the shared Whisper engine, or its reply on the
+    LLM, the model is not started beside them (on 2 cores it slows both): it runs only after
+    neutral words, as on a fast CPU. With the engines idle it would have run (the test above)."""
+    fakes = Fakes(turn=FakeTurnModel(p=0.9), tuning=tuned_for("avx avx2 fma"))
+    fakes.asr.text = "what is the answer?"
+    h = make_harness(base_config(), fakes)
+    load = h.session._ctx.engines.asr_load
+    assert load is not None
+    if busy == "asr":
+        load.begin()  # another session's decode, still running at this one's pause
+    else:
+        own = fakes.llm.unfinished_requests
+        monkeypatch.setattr(fakes.llm, "unfinished_requests", lambda: own() + 1)  # another's reply
+    try:
+        await h.driver.speak(0.6)
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert fakes.turn is not None and fakes.turn.audio_s == []
+        assert h.record(1).end_of_turn is not None
+    finally:
+        if busy == "asr":
+            load.end()
+        await h.session.aclose()
+
+
 async def test_a_failing_turn_model_only_loses_its_vote() -> None:
     fakes = Fakes(turn=FakeTurnModel())
     assert fakes.turn is not None

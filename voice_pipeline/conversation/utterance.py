@@ -177,7 +177,9 @@ class Utterance:
         engines = self._engines
         model = engines.turn is not None and self._turn.semantic
         audio = self.transcriber.audio()  # what the turn model hears: the utterance up to the pause
-        chosen, room = engines.turn_model_start, engines.speculation.has_room
+        load = engines.asr_load  # other work on Whisper or the LLM: no room for an early start
+        busy = (load is not None and load.busy) or engines.llm.unfinished_requests() > 0
+        chosen, room = engines.turn_model_start, engines.speculation.has_room and not busy
         start = EndOfTurnPolicy.model_start(self._turn.model_start, chosen, room) if model else None
         then: NDArray[np.float32] | asyncio.Task[_Verdict] | None = None
         if start == "words":
@@ -198,8 +200,7 @@ class Utterance:
 
     async def evidence_settled(self) -> None:
         """Return once the evidence of the current pause (if any) has come back."""
-        pending = [t for t in self._evidence if not t.done()]
-        if pending:
+        if pending := [t for t in self._evidence if not t.done()]:
             await asyncio.wait(pending)
 
     def drop_evidence(self) -> None:
