@@ -162,8 +162,8 @@ class EndOfTurnPolicy:
         are in), ``early`` (at the pause, beside the decode; its verdict used as with
         ``words``) or ``pause`` (at the pause, its verdict used at once). ``auto`` takes the
         choice made for this CPU (``for_this_cpu``, ``words`` if none); a start before the
-        words needs ``room`` (no other session's speculation fills the machine, and no other
-        decode is on the ASR engine: a model beside it slows it)."""
+        words needs ``room`` (no other session's speculation fills the machine, no other
+        decode is on the ASR engine and no LLM request runs: a model beside them slows them)."""
         start = (for_this_cpu or "words") if configured == "auto" else configured
         return start if start == "words" or room else "words"
 

@@ -154,8 +154,8 @@ class Engines:
         log.info("LLM at warm-up: %s ms per generated token", self.llm_ms_per_token)
         await asyncio.to_thread(self.tts.synthesize, "Hello there.")
         await asyncio.to_thread(self.asr.transcribe, np.zeros(self.asr.sample_rate_hz // 2, np.float32))
-        self.asr_decode_ms = await asyncio.to_thread(self._asr_pace)
-        log.info("ASR at warm-up: %s ms for a question's partial decode", self.asr_decode_ms)
+        self.asr_decode_ms = decode_ms = await asyncio.to_thread(self._asr_pace)
+        log.info("ASR at warm-up: %s ms for a question's partial decode", decode_ms and round(decode_ms))
         vad = self.vad.stream()
         await asyncio.to_thread(vad.push, np.zeros(self.vad.frame_samples * 4, np.float32))
         if self.turn is not None:
