@@ -190,8 +190,11 @@ async def test_speech_over_a_reply_cancels_it_and_the_unheard_part_is_forgotten(
         kept = (await rt.wait_type("conversation.item.retrieved")).item.content[0].transcript.split()
         assert 0 < len(kept) < len(spoken) and spoken[: len(kept)] == kept  # a proper prefix: what was heard
         # the interruption is answered (a pause inside it may first start a reply that its
-        # continuation cancels), and the LLM was told only what was heard of the story
-        await rt.wait_for(lambda e: e.type == "response.done" and e.response.status == "completed")
+        # continuation cancels), and the LLM was told only what was heard of the story. The
+        # session still asks for long stories, so the answer may run to its token limit
+        # ("incomplete", max_output_tokens: a 2-core AVX2 EPYC timed out waiting for "completed")
+        answered = {"completed", "incomplete"}
+        await rt.wait_for(lambda e: e.type == "response.done" and e.response.status in answered)
         asked = session_of(srv).bridge.context.request("next", None)
         story_said = next(m for m in asked if m.role == "assistant")
         assert story_said == ChatMessage("assistant", " ".join(kept) + "...")
