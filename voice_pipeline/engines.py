@@ -152,9 +152,8 @@ class Engines:
         # the decode's pace (what the reply's first chunk waits for)
         self.llm_ms_per_token = min(measured) if measured else None
         log.info("LLM at warm-up: %s ms per generated token", self.llm_ms_per_token)
-        await asyncio.to_thread(self.tts.synthesize, "Hello there.")
         await asyncio.to_thread(self.asr.transcribe, np.zeros(self.asr.sample_rate_hz // 2, np.float32))
-        self.asr_decode_ms = decode_ms = await asyncio.to_thread(self._asr_pace)
+        self.asr_decode_ms = decode_ms = await asyncio.to_thread(self._asr_pace)  # Piper's first call too
         log.info("ASR at warm-up: %s ms for a question's partial decode", decode_ms and round(decode_ms))
         vad = self.vad.stream()
         await asyncio.to_thread(vad.push, np.zeros(self.vad.frame_samples * 4, np.float32))

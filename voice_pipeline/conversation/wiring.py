@@ -59,7 +59,7 @@ def listening(engines: Engines, asr: ASRConfig) -> ASRConfig:
     slower than ``asr.partials_max_decode_ms`` (:func:`~voice_pipeline.tuning.choose_partial_interval`)."""
     measured = engines.asr_decode_ms
     interval = choose_partial_interval(asr.partial_interval_ms, asr.partials_max_decode_ms, measured)
-    return asr if interval == asr.partial_interval_ms else replace(asr, partial_interval_ms=interval)
+    return replace(asr, partial_interval_ms=interval)
 
 
 def turn_settings(cfg: Config, engines: Engines) -> TurnSettings:
