@@ -135,7 +135,14 @@ def test_history_keeps_only_what_was_heard(interrupted: tuple[RunResult, Events]
     assert heard, "nothing heard: the reply was interrupted before it was audible"
     assert len(heard) < len(said) and said[: len(heard)] == heard  # a proper prefix
     assert result.history[1] == ChatMessage("assistant", first.heard_text + "...")
-    assert first.work.wasted_audio_s > 0
+    # the unheard rest of the reply was generated for nothing; its audio may or may not have
+    # been: on a machine whose LLM is barely ahead of playback (92 ms a token, a 2-core
+    # AVX2 EPYC in CI) the interruption can fall in a gap, when all that was synthesized
+    # had been heard
+    work = first.work
+    assert work.wasted_tokens > 0, work
+    assert 0 < work.audio_heard_s <= work.audio_synthesized_s + 1e-6, work
+    print(f"interrupted: {work.wasted_tokens} tokens and {work.wasted_audio_s:.3f} s of audio wasted")
     assert "barge_in_stop" in first.stages_ms
     assert {"llm_aborted", "tts_stopped", "flush_sent", "barge_in_confirmed"} <= set(first.marks_ns)
 
