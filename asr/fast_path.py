@@ -81,6 +81,18 @@ room max(1 s, 50 %), then 10 s     1    144 / 367 ms, 14.1 %      162 / 426 ms, 
 "                                  2    149 / 381 ms, 14.1 %      169 / 426 ms, 13.1 %
 smallest with 1 s room, then 30 s  1    141 / 657 ms, 14.6 %      158 / 802 ms, 13.0 %
 =================================  ===  ========================  ==========================
+
+**The window's room after the audio** is filled as faster-whisper's ``pad_or_trim`` fills
+it: zeros in feature units, which are a steady noise at log10 power -4, not silence.
+Whisper's reference pads the audio instead, so its room is silence
+(:func:`silence_feature`; openai/whisper changed to that in 2023 for fewer hallucinations).
+Suspected of the short windows' rejections, it was measured (``WindowDecoder(pad_silence=True)``,
+``bench_asr_window.py --pads zeros silence --windows 5 10 --sets questions held-out --voices
+en-us+f3 en-gb+m1 piper``, 216 clips, 1 thread, interleaved clip by clip; 2026-12-04 on a real
+2-core AVX2 EPYC, Zen 1, a loaded host: 10 s encoder 373 ms): in the 10 s window silence gave
+WER 11.5 % against 12.4 %, 7 fallbacks against 8, the same decode time (p50 607 ms); in a 5 s
+window it was rejected *more* often (57 of 189 against 45; with 2-3 s of room 38 % against
+28 %). Not the cause, and no clear gain: zeros stay.
 """
 
 from __future__ import annotations
@@ -96,7 +108,7 @@ from asr.window import WINDOW_MARGIN_S, ct2_max_length, judge_window
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LEAD_IN_S", "MAX_NEW_TOKENS_EXTRA", "MAX_NEW_TOKENS_PER_S", "WindowDecoder"]
+__all__ = ["LEAD_IN_S", "MAX_NEW_TOKENS_EXTRA", "MAX_NEW_TOKENS_PER_S", "WindowDecoder", "silence_feature"]
 
 #: silence the fast path puts before the audio: speech starting at the very first
 #: sample is misheard more often in a short window (see the module docstring)
@@ -107,6 +119,10 @@ LEAD_IN_S = 0.05
 MAX_NEW_TOKENS_PER_S = 8.0
 MAX_NEW_TOKENS_EXTRA = 10
 
+#: the normalized log-mel of digital silence (log10 of the extractor's 1e-10 floor, mapped
+#: by ``(x + 4) / 4``), for a clip so quiet that its own floor (max - 8) lies below it
+_SILENT_FEATURE = (-10.0 + 4.0) / 4.0
+
 
 class WindowDecoder:
     """The short-window decode: prompt, suppression list and shapes, fixed at load.
@@ -116,7 +132,9 @@ class WindowDecoder:
     would overwrite its window size).
     """
 
-    def __init__(self, model: Any, *, language: str, beam_size: int, window_s: float) -> None:
+    def __init__(
+        self, model: Any, *, language: str, beam_size: int, window_s: float, pad_silence: bool = False
+    ) -> None:
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
@@ -141,6 +159,7 @@ class WindowDecoder:
         # plus the task and special tokens
         self.suppress_tokens: list[int] = list(get_suppressed_tokens(tokenizer, [-1]))
         self.max_length: int = model.max_length  # the decoder's 448 positions
+        self.pad_silence = pad_silence
 
     def decode(self, model: Any, samples: NDArray[np.float32], audio_s: float, window_s: float) -> str | None:
         """The text, "" for silence, or None when the full window should decode instead."""
@@ -149,10 +168,12 @@ class WindowDecoder:
         lead_in = np.zeros(round(LEAD_IN_S * self.sample_rate_hz), dtype=np.float32)
         features = model.feature_extractor(np.concatenate([lead_in, samples]))
         # as generate_segments: the last frame (from the extractor's 160-sample tail
-        # padding) is not content; the rest is padded with zeros like pad_or_trim does
+        # padding) is not content; the room after it is zeros, as pad_or_trim pads (or
+        # silence, with pad_silence: measured, not better; see the module docstring)
         content = features[:, : features.shape[-1] - 1]
         frames = max(round(window_s * self.frames_per_s), content.shape[1])
-        padded = np.zeros((1, content.shape[0], frames), dtype=np.float32)
+        room = silence_feature(features) if self.pad_silence else 0.0
+        padded = np.full((1, content.shape[0], frames), room, dtype=np.float32)
         padded[0, :, : content.shape[1]] = content
         max_new_tokens = min(
             math.ceil(MAX_NEW_TOKENS_PER_S * audio_s) + MAX_NEW_TOKENS_EXTRA,
@@ -187,3 +208,16 @@ class WindowDecoder:
                 ", budget hit" if hit_max else "",
             )  # fmt: skip
         return verdict
+
+
+def silence_feature(features: NDArray[np.float32]) -> float:
+    """The normalized log-mel that zero samples after the audio of ``features`` would get
+    (what Whisper's reference pads a window with).
+
+    The extractor floors every log10 mel power at the clip's maximum less 8 (and at log10
+    1e-10), then maps ``x`` to ``(x + 4) / 4``: so silence is the features' maximum less 2,
+    or the absolute floor for a clip quieter than that.
+    """
+    if not features.size:
+        return _SILENT_FEATURE
+    return max(float(features.max()) - 2.0, _SILENT_FEATURE)

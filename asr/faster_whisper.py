@@ -154,11 +154,15 @@ class FasterWhisperASR:
         *,
         window_s: float | None = DEFAULT_WINDOW_S,
         windows: Sequence[float] = (),
+        pad_silence: bool = False,
     ) -> None:
         """``window_s``: the fast path's largest window (None = always the full 30 s
         window); ``windows``: shorter ones a short clip may decode in
         (:func:`asr.window.choose_window`); ``()``, the default, = always ``window_s``
-        (the shorter windows were measured and did not pay: see :mod:`asr.fast_path`)."""
+        (the shorter windows were measured and did not pay: see :mod:`asr.fast_path`);
+        ``pad_silence``: the window's room after the audio is silence, as Whisper's reference
+        pads, instead of zeros in feature units, as faster-whisper pads (the default; silence
+        was measured and was no better: see :mod:`asr.fast_path`)."""
         if window_s is not None and not 2.0 <= window_s <= 30.0:
             raise ConfigError(f"asr: window_s must be between 2 and 30 seconds, got {window_s}")
         if any(not 1.0 <= w <= 30.0 for w in windows):
@@ -190,7 +194,13 @@ class FasterWhisperASR:
         self._window: WindowDecoder | None = (
             None
             if window_s is None
-            else WindowDecoder(self._model, language=cfg.language, beam_size=cfg.beam_size, window_s=window_s)
+            else WindowDecoder(
+                self._model,
+                language=cfg.language,
+                beam_size=cfg.beam_size,
+                window_s=window_s,
+                pad_silence=pad_silence,
+            )
         )
 
     @property

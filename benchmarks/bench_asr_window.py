@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_asr_window.py [--threads 1 2] [--windows 4 5 6 8 10]
         [--voices en-us+f3 en-us+m3 en-gb+m1 piper] [--sets questions sentences held-out]
-        [--encoder-only]
+        [--pads silence zeros] [--encoder-only]
 
     # the AVX2 code paths on an AVX-512 machine (labelled "emulated" in the output):
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 CT2_FORCE_CPU_ISA=AVX2 \\
@@ -158,10 +158,10 @@ class Decode:
 
 @dataclass(slots=True)
 class Results:
-    #: (clip index, threads, window) -> decode
-    decodes: dict[tuple[int, int, float], Decode] = field(default_factory=dict)
-    #: (clip index, threads) -> the full 30 s decode, when some window fell back
-    full: dict[tuple[int, int], Decode] = field(default_factory=dict)
+    #: (clip index, engine, window) -> decode
+    decodes: dict[tuple[int, str, float], Decode] = field(default_factory=dict)
+    #: (clip index, engine) -> the full 30 s decode, when some window fell back
+    full: dict[tuple[int, str], Decode] = field(default_factory=dict)
 
 
 def edits(reference: str, hypothesis: str) -> tuple[int, int]:
@@ -215,15 +215,14 @@ def asr_model_dir() -> Path:
 
 
 def run(
-    clips: Sequence[Clip], engines: dict[int, FasterWhisperASR], windows: Sequence[float], min_room: float
+    clips: Sequence[Clip], engines: dict[str, FasterWhisperASR], windows: Sequence[float], min_room: float
 ) -> Results:
     results = Results()
     full = results.full
-    threads = sorted(engines)
     for i, clip in enumerate(clips):
         fits = [w for w in windows if clip.audio_s + min_room <= w]
         # the order rotates clip by clip, so no configuration always runs first
-        order = [(t, w) for t in threads for w in fits]
+        order = [(t, w) for t in engines for w in fits]
         shift = i % max(1, len(order))
         for t, w in order[shift:] + order[:shift]:
             engine = engines[t]
@@ -260,7 +259,7 @@ def _summary(rows: list[tuple[Clip, Decode]]) -> str:
     )
 
 
-def report(clips: Sequence[Clip], results: Results, threads: Sequence[int], windows: Sequence[float]) -> None:
+def report(clips: Sequence[Clip], results: Results, engines: Sequence[str], windows: Sequence[float]) -> None:
     largest = max(windows)
     rules: dict[str, Callable[[float], float | None]] = {
         f"{largest:g} s only (before)": lambda a: largest if a + 1.0 <= largest else None,
@@ -272,8 +271,8 @@ def report(clips: Sequence[Clip], results: Results, threads: Sequence[int], wind
             a, largest, windows=windows, margin_s=0.5
         ),
     }
-    for t in threads:
-        print(f"\n== {t} CTranslate2 thread{'s' if t > 1 else ''}, {this_cpu().label}")
+    for t in engines:
+        print(f"\n== {t}, {this_cpu().label}")
         print("per window, on the clips it holds with 1 s of room (same clips in the largest window):")
         for w in windows:
             ids = [i for i, c in enumerate(clips) if c.audio_s + 1.0 <= w]
@@ -315,7 +314,7 @@ def report(clips: Sequence[Clip], results: Results, threads: Sequence[int], wind
 def _rule_rows(
     clips: Sequence[Clip],
     results: Results,
-    t: int,
+    t: str,
     largest: float,
     name: str,
     rule: Callable[[float], float | None],
@@ -343,7 +342,7 @@ def _rule_rows(
         print(f"  {'':<6}{set_name:<40} {_summary(set_rows)}")
 
 
-def _full_ms(results: Results, i: int, t: int) -> float:
+def _full_ms(results: Results, i: int, t: str) -> float:
     return results.full[(i, t)].ms
 
 
@@ -377,6 +376,15 @@ def main() -> None:
     ap.add_argument("--windows", type=float, nargs="+", default=[4.0, 5.0, 6.0, 8.0, 10.0])
     ap.add_argument("--voices", nargs="+", default=[*ESPEAK_VOICES, "piper"])
     ap.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
+    ap.add_argument(
+        "--pads",
+        nargs="+",
+        choices=["silence", "zeros"],
+        default=["zeros"],
+        help="what fills a window after the audio: zeros in feature units (faster-whisper's "
+        "pad_or_trim, the engine's default) or silence (Whisper's reference); both = compared "
+        "clip by clip",
+    )
     ap.add_argument("--min-room", type=float, default=0.5, help="least room after the audio, seconds")
     ap.add_argument("--limit", type=int, default=0, help="use only the first N clips (a quick look)")
     ap.add_argument("--encoder-reps", type=int, default=30, help="encoder-alone timings per window")
@@ -390,8 +398,15 @@ def main() -> None:
         clips = clips[: args.limit]
     model_dir = asr_model_dir()
     engines = {
-        t: FasterWhisperASR(ASRConfig(cpu_threads=t), model_dir, window_s=max(windows), windows=())
+        f"{t} CTranslate2 thread{'s' if t > 1 else ''}, {pad} after the audio": FasterWhisperASR(
+            ASRConfig(cpu_threads=t),
+            model_dir,
+            window_s=max(windows),
+            windows=(),
+            pad_silence=pad == "silence",
+        )
         for t in args.threads
+        for pad in args.pads
     }
     for engine in engines.values():  # warm-up: first calls allocate
         for w in windows:
@@ -404,12 +419,12 @@ def main() -> None:
         f"{len(clips)} clips ({', '.join(args.sets)} x {', '.join(args.voices)} x bare/framed), "
         f"{min(c.audio_s for c in clips):.1f}-{max(c.audio_s for c in clips):.1f} s; tiny.en int8, beam 1"
     )
-    encoder_ms(model_dir, sorted(engines), windows, args.encoder_reps)
+    encoder_ms(model_dir, sorted(args.threads), windows, args.encoder_reps)
     if args.encoder_only:
         return
     t0 = time.monotonic()
     results = run(clips, engines, windows, args.min_room)
-    report(clips, results, sorted(engines), windows)
+    report(clips, results, list(engines), windows)
     print(f"\n{time.monotonic() - t0:.0f} s; load {os.getloadavg()[0]:.2f} at the end")
 
 

@@ -470,3 +470,29 @@ def test_rejected_short_window_is_decoded_in_the_largest_window(
 def test_short_windows_are_checked(windows: tuple[float, ...]) -> None:
     with pytest.raises(ConfigError, match="windows"):
         FasterWhisperASR(ASRConfig(), bundled_model_dir(), windows=windows)
+
+
+@pytest.mark.parametrize("level", [1.0, 1e-3, 1e-7])
+def test_the_window_after_the_audio_is_silence_as_the_extractor_gives_it(level: float) -> None:
+    """The room after the audio holds what zero samples there would give (Whisper's reference
+    pads the audio, not the features), at any loudness (1e-7: quieter than the extractor's floor)."""
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    extractor = FeatureExtractor()
+    audio = (espeak("What time is it?") * level).astype(np.float32)
+    features = extractor(audio)
+    padded = extractor(np.concatenate([audio, np.zeros(RATE, np.float32)]))
+    room = padded[:, features.shape[-1] + 2 :]  # past the frames the audio's edge reaches
+    assert room.size and np.allclose(room, asr.fast_path.silence_feature(features), atol=1e-5)
+    assert asr.fast_path.silence_feature(features) < 0  # not faster-whisper's zeros
+
+
+def test_the_window_can_be_padded_with_silence() -> None:
+    """The benchmark's other padding (``bench_asr_window.py --pads silence``) decodes speech."""
+    engine = FasterWhisperASR(ASRConfig(cpu_threads=1), bundled_model_dir(), pad_silence=True)
+    try:
+        reference = "How many legs does a spider have?"
+        result = engine.transcribe_window(concat(silence(0.15), espeak(reference), silence(0.3)))
+        assert result is not None and word_error_rate(reference, result.text) <= 0.15, result
+    finally:
+        engine.close()
