@@ -56,7 +56,8 @@ budget (end-of-text suppressed) added 0.2-0.5 s. The two paths differ in single
 words here and there, in both directions; on these sets the fast one was slightly
 better, not worse.
 
-Shorter windows for shorter clips: measured, not the default. ``windows=(4, 5, 6, 8)``
+Shorter windows for shorter clips (2026-12-04, the current rule below the table): where
+the 10 s window's encoder is slow. First measured as follows. ``windows=(4, 5, 6, 8)``
 decodes a clip in the smallest window leaving it 1 s of room
 (:func:`asr.window.choose_window`; a rejected decode tries the 10 s window before the
 30 s one). The encoder is a small part of a short decode (10 s / 4 s window: 35 / 13 ms
@@ -82,6 +83,27 @@ room max(1 s, 50 %), then 10 s     1    144 / 367 ms, 14.1 %      162 / 426 ms, 
 smallest with 1 s room, then 30 s  1    141 / 657 ms, 14.6 %      158 / 802 ms, 13.0 %
 =================================  ===  ========================  ==========================
 
+**Shorter windows where the encoder is slow** (``asr.short_windows: auto``, the default:
+:func:`asr.window.choose_short_windows`, the 10 s window's encoder timed at load, over 120 ms).
+On a 2-core Zen 1 EPYC (AVX2 at half width; encoder 141 / 172 / 236 / 312 ms for a 5 / 6 / 8 /
+10 s window, 1 thread, a loaded host) 16 of the 19 rejections in a 5 s window were the sentence
+heard and then said again until the token budget ("What time is it? What time is it? What ti"),
+its first copy the 10 s window's text: such a loop is now read as its phrase
+(:func:`asr.window.repeated_phrase`). And in a short window padded with zeros the sentence's
+last mark often became "." or "..." ("How many days are in a week..."), which the end-of-turn
+policy reads as trailing off: two questions of ``bench_speculation.py`` then waited the long
+wait (2.1 s). Padded with silence it came back ("?"), and silence also brings a sentence said
+twice in one breath ("What do these make? What do these make?"), now read once
+(:data:`asr.window.MIN_DOUBLED_WORDS`). ``bench_asr_window.py --threads 1 --pads zeros silence
+--windows 5 6 8 10 --sets questions held-out --voices en-us+f3 en-gb+m1 piper`` (216 clips),
+the rule "smallest window with 1 s of room, then 10 s": zeros in 10 s only (the default
+before) p50 / p90 469 / 607 ms, WER 11.9 %, 4 fallbacks, the end mark right in 193 of 216;
+short windows padded with silence 327 / 492 ms, WER 12.0 %, 4 fallbacks, 200 of 216; with
+zeros 316 / 453 ms, 13.4 %, 188 of 216. So an engine with shorter windows pads them with
+silence (``pad_silence`` None); where the encoder is fast (35 ms in 10 s on AVX-512 BF16,
+69 ms emulated AVX2) nothing changes. A partial always decodes in the 10 s window
+(:meth:`asr.faster_whisper.FasterWhisperASR.transcribe_partial`).
+
 **The window's room after the audio** is filled as faster-whisper's ``pad_or_trim`` fills
 it: zeros in feature units, which are a steady noise at log10 power -4, not silence.
 Whisper's reference pads the audio instead, so its room is silence
@@ -99,6 +121,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -108,7 +131,14 @@ from asr.window import WINDOW_MARGIN_S, ct2_max_length, judge_window
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LEAD_IN_S", "MAX_NEW_TOKENS_EXTRA", "MAX_NEW_TOKENS_PER_S", "WindowDecoder", "silence_feature"]
+__all__ = [
+    "LEAD_IN_S",
+    "MAX_NEW_TOKENS_EXTRA",
+    "MAX_NEW_TOKENS_PER_S",
+    "WindowDecoder",
+    "encoder_ms",
+    "silence_feature",
+]
 
 #: silence the fast path puts before the audio: speech starting at the very first
 #: sample is misheard more often in a short window (see the module docstring)
@@ -118,6 +148,10 @@ LEAD_IN_S = 0.05
 #: above the word limit (~1.3 tokens a word), small enough that a loop ends early
 MAX_NEW_TOKENS_PER_S = 8.0
 MAX_NEW_TOKENS_EXTRA = 10
+
+#: audio whose loudest sample is below this (-70 dBFS) is silence without a decode: in a window
+#: padded with silence Whisper hears "you" in digital silence (no-speech 0.99, log-prob -0.77)
+SILENT_PEAK = 10 ** (-70 / 20)
 
 #: the normalized log-mel of digital silence (log10 of the extractor's 1e-10 floor, mapped
 #: by ``(x + 4) / 4``), for a clip so quiet that its own floor (max - 8) lies below it
@@ -165,6 +199,8 @@ class WindowDecoder:
         """The text, "" for silence, or None when the full window should decode instead."""
         import ctranslate2
 
+        if not samples.size or float(np.max(np.abs(samples))) < SILENT_PEAK:
+            return ""  # nothing to hear (digital silence, as a muted phone line sends)
         lead_in = np.zeros(round(LEAD_IN_S * self.sample_rate_hz), dtype=np.float32)
         features = model.feature_extractor(np.concatenate([lead_in, samples]))
         # as generate_segments: the last frame (from the extractor's 160-sample tail
@@ -208,6 +244,23 @@ class WindowDecoder:
                 ", budget hit" if hit_max else "",
             )  # fmt: skip
         return verdict
+
+
+def encoder_ms(model: Any, window_s: float, reps: int = 2) -> float:
+    """ms the encoder alone takes for a ``window_s`` window: the fastest of ``reps`` after one
+    warm-up call (a decode is this plus one decoder step per token)."""
+    import ctranslate2
+
+    extractor = model.feature_extractor
+    frames = round(window_s * extractor.sampling_rate / extractor.hop_length)
+    mels = np.zeros((1, extractor.mel_filters.shape[0], frames), dtype=np.float32)
+    times = []
+    for rep in range(reps + 1):
+        t0 = time.perf_counter()
+        model.model.encode(ctranslate2.StorageView.from_array(mels))
+        if rep:  # the first call allocates
+            times.append((time.perf_counter() - t0) * 1000)
+    return min(times)
 
 
 def silence_feature(features: NDArray[np.float32]) -> float:

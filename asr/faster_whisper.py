@@ -67,11 +67,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.base import MoreAudio, Transcription
-from asr.fast_path import LEAD_IN_S, WindowDecoder
+from asr.fast_path import LEAD_IN_S, WindowDecoder, encoder_ms
 from asr.window import (
     LOG_PROB_THRESHOLD,
     NO_SPEECH_THRESHOLD,
     WINDOW_MARGIN_S,
+    choose_short_windows,
     choose_window,
     ct2_max_length,
     has_repeat_loop,
@@ -153,21 +154,20 @@ class FasterWhisperASR:
         model_dir: Path,
         *,
         window_s: float | None = DEFAULT_WINDOW_S,
-        windows: Sequence[float] = (),
-        pad_silence: bool = False,
+        windows: Sequence[float] | None = None,
+        pad_silence: bool | None = None,
     ) -> None:
         """``window_s``: the fast path's largest window (None = always the full 30 s
         window); ``windows``: shorter ones a short clip may decode in
-        (:func:`asr.window.choose_window`); ``()``, the default, = always ``window_s``
-        (the shorter windows were measured and did not pay: see :mod:`asr.fast_path`);
+        (:func:`asr.window.choose_window`); None = ``cfg.short_windows``' choice, timed at load
+        (:func:`asr.window.choose_short_windows`; measured in :mod:`asr.fast_path`), ``()`` = none;
         ``pad_silence``: the window's room after the audio is silence, as Whisper's reference
-        pads, instead of zeros in feature units, as faster-whisper pads (the default; silence
-        was measured and was no better: see :mod:`asr.fast_path`)."""
+        pads, not zeros in feature units, as faster-whisper pads; None = silence with shorter
+        windows, zeros without (measured: see :mod:`asr.fast_path`)."""
         if window_s is not None and not 2.0 <= window_s <= 30.0:
             raise ConfigError(f"asr: window_s must be between 2 and 30 seconds, got {window_s}")
-        if any(not 1.0 <= w <= 30.0 for w in windows):
+        if windows is not None and any(not 1.0 <= w <= 30.0 for w in windows):
             raise ConfigError(f"asr: windows must be between 1 and 30 seconds, got {list(windows)}")
-        self._windows = tuple(sorted(windows))
         check_model_dir(model_dir)
         try:
             from faster_whisper import WhisperModel
@@ -188,20 +188,25 @@ class FasterWhisperASR:
                 local_files_only=True,
             )
         except Exception as exc:  # ctranslate2/tokenizers raise RuntimeError, ValueError, ...
-            raise ModelError(
-                f"cannot load the faster-whisper model from {model_dir}: {exc}"
-            ) from exc
-        self._window: WindowDecoder | None = (
-            None
-            if window_s is None
-            else WindowDecoder(
+            raise ModelError(f"cannot load the faster-whisper model from {model_dir}: {exc}") from exc
+        #: the 10 s window's encoder, ms, timed at load for ``short_windows: auto`` (else None)
+        timed = windows is None and cfg.short_windows == "auto"
+        self.encoder_ms = encoder_ms(self._model, window_s) if timed and window_s is not None else None
+        if windows is None:
+            windows = choose_short_windows(cfg.short_windows, self.encoder_ms)
+            log.info("asr: the 10 s window's encoder took %s ms; shorter windows: %s",
+                     self.encoder_ms and round(self.encoder_ms), list(windows) or "none")  # fmt: skip
+        self.windows: tuple[float, ...] = tuple(sorted(windows))
+        silent = bool(self.windows) if pad_silence is None else pad_silence
+        self._window: WindowDecoder | None = None
+        if window_s is not None:
+            self._window = WindowDecoder(
                 self._model,
                 language=cfg.language,
                 beam_size=cfg.beam_size,
                 window_s=window_s,
-                pad_silence=pad_silence,
+                pad_silence=silent,
             )
-        )
 
     @property
     def window_max_s(self) -> float:
@@ -261,13 +266,16 @@ class FasterWhisperASR:
         (AMD EPYC, AVX-512 BF16) and 600-900 ms beside four sessions' work, while every
         speculative decode on the engine queued behind it. A partial is a preview: it is
         skipped instead. Audio longer than the short window decodes on the full path, as in
-        :meth:`transcribe`.
+        :meth:`transcribe`. Always in the largest short window: partials are compared with one
+        another (LocalAgreement) and timed at warm-up, where a window that grows with the
+        utterance (:attr:`windows`) would change what they hear ("weather" or "winner").
         """
         samples = _as_mono(audio)
-        result = self.transcribe_window(samples)
+        audio_s = samples.shape[0] / self.sample_rate_hz
+        largest = self._window.window_s if self._window is not None and self._fits_window(audio_s) else None
+        result = self.transcribe_window(samples, window_s=largest)
         if result is not None:
             return result
-        audio_s = samples.shape[0] / self.sample_rate_hz
         if not self._fits_window(audio_s):
             return self.transcribe_full(samples)  # too long for the short window, as in transcribe
         log.info("asr: a partial of %.1f s was skipped: the short window's decode was rejected", audio_s)
@@ -295,7 +303,7 @@ class FasterWhisperASR:
         window = self._window
         if window is None:
             return None
-        return choose_window(audio_s, window.window_s, windows=self._windows)
+        return choose_window(audio_s, window.window_s, windows=self.windows)
 
     def transcribe_window(
         self, audio: NDArray[np.float32], *, window_s: float | None = None
@@ -388,4 +396,3 @@ def _empty(audio_s: float) -> Transcription:
 
 def _transcription(text: str, audio_s: float, decode_ms: float) -> Transcription:
     return Transcription(text=text, words=tuple(text.split()), audio_s=audio_s, decode_ms=decode_ms)
-

@@ -2,11 +2,11 @@
 to trust what came back (:mod:`asr.fast_path` runs the model).
 
 Window choice (:func:`choose_window`): the engine's ``window_s`` (10 s) takes audio up
-to ``window_s - WINDOW_MARGIN_S``. Shorter windows for shorter clips are an option of
-the engine (``windows=``), off by default: measured on the project's sets, they saved
-only 10-15 ms at the median (the encoder of tiny.en is a small part of a decode) while
-about one decode in five looped or was rejected in a 4-8 s window, which cost WER and
-the tail (figures in :mod:`asr.fast_path`'s docstring).
+to ``window_s - WINDOW_MARGIN_S``. Shorter windows for shorter clips (``windows=``) are
+chosen where the 10 s window's encoder is slow (:func:`choose_short_windows`): there they
+cut a decode by ~30 % at the same WER, once a loop of the sentence is read as the sentence
+(:func:`repeated_phrase`) and the window's room is silence; elsewhere they saved only
+10-30 ms (figures in :mod:`asr.fast_path`'s docstring).
 """
 
 from __future__ import annotations
@@ -16,6 +16,12 @@ from collections.abc import Sequence
 #: the largest window takes audio up to ``window_s - WINDOW_MARGIN_S`` seconds, and a
 #: shorter window keeps at least this much room after the audio
 WINDOW_MARGIN_S = 1.0
+
+#: the shorter windows of ``asr.short_windows`` (:func:`choose_short_windows`), seconds
+SHORT_WINDOWS = (5.0, 6.0, 8.0)
+#: ... chosen where the 10 s window's encoder takes longer than this at load, ms: 186-373 ms on
+#: a 2-core Zen 1 EPYC (AVX2 at half width), 69 ms emulated AVX2 and 35 ms AVX-512 BF16
+SHORT_WINDOWS_MIN_ENCODER_MS = 120.0
 
 #: faster-whisper's silence guard: no-speech probability above this *and* ...
 NO_SPEECH_THRESHOLD = 0.6
@@ -27,8 +33,23 @@ LOG_PROB_THRESHOLD = -1.0
 #: cannot be what was said: it is a loop
 MAX_WORDS_PER_S = 5.0
 MAX_EXTRA_WORDS = 3
+#: a phrase of this many words said twice back to back is one said once ("thank you, thank
+#: you" and "stop! stop!" are said; whole sentences twice in one breath are a decode's echo)
+MIN_DOUBLED_WORDS = 3
 #: an n-gram repeated back to back this often is a loop (single words: one more)
 MIN_LOOP_REPEATS = 3
+
+
+def choose_short_windows(mode: str, encoder_ms: float | None) -> tuple[float, ...]:
+    """The shorter windows an engine decodes short clips in (``asr.short_windows``).
+
+    "on": :data:`SHORT_WINDOWS`; "off": none; "auto": :data:`SHORT_WINDOWS` where the largest
+    window's encoder took more than :data:`SHORT_WINDOWS_MIN_ENCODER_MS` at load
+    (``encoder_ms``; None, not timed: none). They pay where the encoder is a large share of
+    a decode and cost ~1 WER point everywhere (figures in :mod:`asr.fast_path`).
+    """
+    slow = encoder_ms is not None and encoder_ms > SHORT_WINDOWS_MIN_ENCODER_MS
+    return SHORT_WINDOWS if mode == "on" or (mode == "auto" and slow) else ()
 
 
 def choose_window(
@@ -66,7 +87,10 @@ def judge_window(
       :data:`LOG_PROB_THRESHOLD`: silence, "";
     * no-speech probability high but confident words: None (the full window judges);
     * low average log-probability: None (unsure);
-    * :func:`looks_degenerate`: None (a loop);
+    * :func:`looks_degenerate`: the phrase when the text is one phrase said again and again
+      (:func:`repeated_phrase`), else None (a loop);
+    * a phrase of :data:`MIN_DOUBLED_WORDS` or more words said twice: the phrase ("What do
+      these make? What do these make?", heard so in a window padded with silence);
     * otherwise the text.
 
     Why the word check: silence decodes to "." with an average log-probability right on
@@ -82,8 +106,14 @@ def judge_window(
         return None  # words over likely silence: the full window judges
     if avg_logprob < LOG_PROB_THRESHOLD:
         return None  # unsure: the full window is the reference
+    phrase = repeated_phrase(text)
     if looks_degenerate(text, audio_s, hit_max_length=hit_max_length):
-        return None
+        # a phrase heard, then said again until the budget: the phrase
+        if phrase is None or looks_degenerate(phrase, audio_s, hit_max_length=False):
+            return None
+        return phrase
+    if phrase is not None and len(_normalized_words(phrase)) >= MIN_DOUBLED_WORDS:
+        return phrase  # a sentence twice in one breath: heard twice, said once
     return text
 
 
@@ -116,6 +146,36 @@ def has_repeat_loop(words: Sequence[str]) -> bool:
             if all(words[start + k * n : start + (k + 1) * n] == gram for k in range(1, needed)):
                 return True
     return False
+
+
+def repeated_phrase(text: str) -> str | None:
+    """The first copy of ``text`` when all of it is one phrase of 2+ words said again and again
+    (the last copy may be cut, even mid-word), else None.
+
+    A short window's usual loop: measured on a 2-core AVX2 EPYC (tiny.en int8, 5 s window,
+    questions and held-out sentences in three voices, framed), 16 of its 19 rejections were
+    the sentence heard and then repeated until the token budget ran out ("What time is it?
+    What time is it? What ti"), the first copy equal to the 10 s window's text. A text that
+    only *contains* a repeat ("... on the first Sunday, and we're free on the first Sunday,
+    and we're free ...") is not one: its words are not all copies of its start.
+    """
+    raw = text.split()
+    words = [_normalized_words(w) for w in raw]
+    flat = [w for ws in words for w in ws]
+    if len(set(flat)) < 2:
+        return None  # one word again and again: no phrase ("no no no no" is said, too)
+    for n in range(2, len(flat) // 2 + 1):
+        unit, rest = flat[:n], flat[n:]
+        copies = all(w == unit[k % n] for k, w in enumerate(rest[:-1]))
+        if copies and rest and unit[(len(rest) - 1) % n].startswith(rest[-1]):
+            taken = 0
+            for i, ws in enumerate(words):  # the raw words holding the first n, if they align
+                taken += len(ws)
+                if taken == n:
+                    return " ".join(raw[: i + 1])
+                if taken > n:
+                    return None
+    return None
 
 
 def ct2_max_length(max_new_tokens: int, prompt_len: int, model_max_length: int) -> int:

@@ -26,6 +26,8 @@ from asr.faster_whisper import (
     looks_degenerate,
 )
 from asr.streaming import PartialTranscript, UtteranceTranscriber
+from asr.window import choose_short_windows, repeated_phrase
+from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.config import ASRConfig
 from voice_pipeline.errors import ConfigError, EngineError, ModelError
 
@@ -105,7 +107,7 @@ def test_a_partial_never_takes_the_full_window(
     reference = "How many legs does a spider have?"
     audio = concat(silence(0.15), espeak(reference, voice="en-gb+m1"))
     cut = audio[: round(1.0 * RATE)]  # as a partial hears it, mid-sentence
-    fast = fw_asr.transcribe_window(cut)
+    fast = fw_asr.transcribe_window(cut, window_s=fw.DEFAULT_WINDOW_S)  # partials: the largest window
     partial = fw_asr.transcribe_partial(cut)
     assert (None if partial is None else partial.text) == (None if fast is None else fast.text)
     whole = fw_asr.transcribe_partial(audio)
@@ -336,6 +338,69 @@ def test_judge_window(
 
 
 @pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        ("What time is it? What time is it? What ti", "What time is it?"),
+        ("Hello there. Hello there. Hello there", "Hello there."),
+        ("Open the garage door. Open the garage door. OPEN THE GARAGE DOOR!", "Open the garage door."),
+        ("Call my life. Call my life. Call", "Call my life."),
+        ("Tell me about octopuses. Tell me about octop", "Tell me about octopuses."),
+        (
+            "What does the word-s mean? What does the word-s mean? What does the word-",
+            "What does the word-s mean?",
+        ),
+        ("a b a b a", "a b"),
+        ("No no no no", None),  # one word: not a phrase
+        ("a a a a", None),
+        ("What is it", None),  # once
+        ("What time is it? What time", None),  # less than twice
+        ("So, free on Sunday, and we're free on Sunday, and we're free on", None),  # only contains a repeat
+        ("Add milk, add mint, add mint, add bread.", None),
+        ("x y-x y", None),  # the second copy starts inside a written word: no clean cut
+        ("", None),
+    ],
+)
+def test_repeated_phrase(text: str, phrase: str | None) -> None:
+    assert repeated_phrase(text) == phrase
+
+
+@pytest.mark.parametrize(
+    ("text", "hit_max", "expected"),
+    [
+        ("What time is it? What time is it? What time is it? What", True, "What time is it?"),
+        ("What time is it? What time is it? What time is it?", False, "What time is it?"),
+        ("What do these make? What do these make?", False, "What do these make?"),  # twice
+        ("Thank you. Thank you.", False, "Thank you. Thank you."),  # two words twice: said so
+        ("Stop! Stop!", False, "Stop! Stop!"),
+        ("What is the capital of France?", True, None),  # out of tokens, not a loop: cut short
+        ("no no no no no no", True, None),
+        (
+            " ".join(f"w{i}" for i in range(13)) + " " + " ".join(f"w{i}" for i in range(13)),
+            False,
+            None,
+        ),  # too many words even once
+    ],
+)
+def test_a_loop_of_one_phrase_is_judged_by_the_phrase(text: str, hit_max: bool, expected: str | None) -> None:
+    got = judge_window(text, 1.8, no_speech_prob=0.2, avg_logprob=-0.2, hit_max_length=hit_max)
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("mode", "encoder_ms", "windows"),
+    [
+        ("auto", 300.0, (5.0, 6.0, 8.0)),  # a Zen 1 EPYC
+        ("auto", 35.0, ()),  # AVX-512 BF16
+        ("auto", None, ()),  # not timed
+        ("on", 35.0, (5.0, 6.0, 8.0)),
+        ("off", 300.0, ()),
+    ],
+)
+def test_choose_short_windows(mode: str, encoder_ms: float | None, windows: tuple[float, ...]) -> None:
+    assert choose_short_windows(mode, encoder_ms) == windows
+
+
+@pytest.mark.parametrize(
     ("words", "loop"),
     [
         ("", False),
@@ -401,9 +466,51 @@ def test_choose_window(
     assert choose_window(audio_s, 10.0, windows=windows, margin_share=margin_share) == expected
 
 
-def test_default_engine_decodes_in_the_largest_window(fw_asr: FasterWhisperASR) -> None:
-    assert fw_asr.choose_window(2.0) == fw.DEFAULT_WINDOW_S
+def test_default_engine_chooses_its_windows_by_the_encoder_it_timed(fw_asr: FasterWhisperASR) -> None:
+    """``asr.short_windows: auto``: the 10 s window's encoder is timed at load, and shorter
+    windows are used where it was slow (a Zen 1 EPYC), the 10 s one alone where it was fast."""
+    assert fw_asr.encoder_ms is not None and fw_asr.encoder_ms > 0
+    slow = fw_asr.encoder_ms > asr.window.SHORT_WINDOWS_MIN_ENCODER_MS
+    assert fw_asr.windows == (asr.window.SHORT_WINDOWS if slow else ())
+    # shorter windows pad the room after the audio with silence (their "?" and "." come back)
+    assert fw_asr._window is not None and fw_asr._window.pad_silence is slow
+    assert fw_asr.choose_window(2.0) == (5.0 if slow else fw.DEFAULT_WINDOW_S)
+    assert fw_asr.choose_window(8.5) == fw.DEFAULT_WINDOW_S
     assert fw_asr.choose_window(fw_asr.window_max_s + 0.01) is None
+
+
+@pytest.mark.parametrize(("mode", "windows"), [("on", (5.0, 6.0, 8.0)), ("off", ())])
+def test_short_windows_can_be_set(mode: str, windows: tuple[float, ...]) -> None:
+    engine = FasterWhisperASR(ASRConfig(cpu_threads=1, short_windows=mode), bundled_model_dir())  # type: ignore[arg-type]
+    try:
+        assert engine.windows == windows and engine.encoder_ms is None  # nothing timed
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    ("reference", "voice"),
+    [
+        ("What time is it?", "en-gb+m1"),
+        ("Open the garage door.", "en-us+f3"),
+        ("Tell me something interesting about octopuses.", "piper"),
+        ("Is it safe to swim in the lake?", "piper"),
+    ],
+)
+def test_a_phrase_said_again_and_again_in_a_short_window_is_heard_once(
+    short_windows: FasterWhisperASR, piper: Any, reference: str, voice: str
+) -> None:
+    """Clips that looped in the 5 s window on a 2-core AVX2 EPYC (the sentence, then again
+    until the token budget): the sentence once, in that window, on any machine."""
+    if voice == "piper":
+        speech = resample(to_float32(piper.synthesize(reference)), piper.sample_rate_hz, RATE)
+    else:
+        speech = espeak(reference, voice=voice)
+    audio = concat(silence(0.15), speech, silence(0.3))
+    result = short_windows.transcribe_window(audio, window_s=5.0)  # forced: no retry in 10 s
+    assert result is not None, "rejected"
+    assert word_error_rate(reference, result.text) <= 0.25, result.text
+    assert len(result.words) <= len(reference.split()) + 1, result.text
 
 
 @pytest.fixture(scope="module")

@@ -45,9 +45,8 @@ class VADConfig:
     end_silence_ms: int = 250
     #: audio kept from before the detected start so first phonemes are not lost
     pre_roll_ms: int = 150
-    #: longest user turn: after this much of one turn (continuous babble, a TV) it ends
-    #: anyway and is answered, and its buffers are let go (0 = no limit). Whisper's window
-    #: is 30 s; longer turns take its slow path
+    #: longest user turn: after this much of one turn (babble, a TV) it ends anyway and is
+    #: answered, its buffers let go (0 = no limit). Longer than Whisper's 30 s is its slow path
     max_turn_s: float = 30.0
     #: webrtcvad aggressiveness 0..3
     webrtc_mode: int = 3
@@ -120,12 +119,14 @@ class ASRConfig:
     partial_interval_ms: int = 600
     #: ... only where the warm-up's decode of a question took at most this (ms; 0 = always; tuning.py)
     partials_max_decode_ms: int = 250
-    #: a partial decode starts only when no decode of any session is on the engine, so that
-    #: the decodes replies wait for never queue behind other sessions' partials (several
-    #: sessions; one session barely notices: only its own discarded decode can hold one back)
+    #: a partial decode starts only when no decode of any session is on the engine, so the decodes
+    #: replies wait for never queue behind other sessions' partials (one session barely notices)
     partials_on_idle_engine: bool = True
-    #: start the final decode as soon as the VAD hears silence, so the transcript is
-    #: (usually) ready when the endpoint fires; redone if speech resumes
+    #: shorter Whisper windows (5, 6, 8 s) for shorter clips: "auto" = where the 10 s window's
+    #: encoder is slow (timed at load: asr/window.py choose_short_windows), "on" or "off"
+    short_windows: Literal["auto", "on", "off"] = "auto"
+    #: start the final decode when the VAD hears silence, so the words are (usually) ready at
+    #: the endpoint; redone if speech resumes
     speculative_final: bool = True
     #: silences inside an utterance longer than this are shortened to it before decoding
     #: (a mid-sentence pause of 1.2 s made tiny.en hear fragments: WER 12.4 -> 8.2 %, see
@@ -365,8 +366,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             "turn: need 0 < complete_threshold < 1, model_threads >= 1, continuation_grace_ms >= 0"
         )
-    if cfg.asr.max_pause_ms < 0:
-        raise ConfigError("asr.max_pause_ms: must be >= 0 (0 = off)")
+    if cfg.asr.max_pause_ms < 0 or cfg.asr.cpu_threads < 0:
+        raise ConfigError("asr: max_pause_ms (0 = off) and cpu_threads (0 = auto) must be >= 0")
     if cfg.audio.pipeline_rate_hz not in (8000, 16000):
         raise ConfigError("audio.pipeline_rate_hz: must be 8000 or 16000")
     if cfg.audio.frame_ms not in (10, 20, 30, 40, 60, 100):
@@ -384,8 +385,6 @@ def validate(cfg: Config) -> None:
         raise ConfigError("turn: continuation_max_gap_ms (0 = no cap) and patience_ms (0 = off) must be >= 0")
     if cfg.llm.kv_block_tokens < 0 or cfg.llm.kv_block_tokens % 16:
         raise ConfigError("llm.kv_block_tokens: must be 0 (auto) or a positive multiple of 16 (32 on CPU)")
-    if cfg.asr.cpu_threads < 0:
-        raise ConfigError("asr.cpu_threads: must be >= 0 (0 = chosen for the machine)")
     if cfg.tts.min_clause_words < 1:
         raise ConfigError("tts.min_clause_words: must be >= 1")
     if cfg.tts.first_chunk_words is not None and cfg.tts.first_chunk_words < 0:
