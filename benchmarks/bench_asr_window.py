@@ -25,7 +25,9 @@ Printed per thread count and the CPU class (:func:`voice_pipeline.cpu.this_cpu`)
   :func:`asr.window.choose_window` with a 1 s margin, with a relative margin too, and
   with too little room (0.5 s; shows what the guards catch).
 
-WER is corpus-level (edits over all reference words, case and punctuation folded).
+WER is corpus-level (edits over all reference words, case and punctuation folded); "end
+mark" counts transcripts ending in the sentence's own mark ("?" or ".", not "..."), which the
+end-of-turn policy reads.
 Prints figures; asserts nothing.
 """
 
@@ -253,9 +255,13 @@ def _summary(rows: list[tuple[Clip, Decode]]) -> str:
         errors, words = errors + e, words + n
     p90 = ms[min(len(ms) - 1, round(0.9 * (len(ms) - 1)))]
     fallbacks = sum(d.fell_back for _, d in rows)
+    # the last mark as said ("?" or "."): the end-of-turn policy reads it ("..." = trailing off)
+    ends = sum(
+        d.text.rstrip().endswith(clip.text[-1]) and not d.text.rstrip().endswith("..") for clip, d in rows
+    )
     return (
         f"p50 {statistics.median(ms):6.1f} ms  p90 {p90:6.1f} ms  "
-        f"WER {100 * errors / max(1, words):5.1f} %  fallbacks {fallbacks}"
+        f"WER {100 * errors / max(1, words):5.1f} %  fallbacks {fallbacks}  end mark {ends}/{len(rows)}"
     )
 
 

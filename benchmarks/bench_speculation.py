@@ -12,7 +12,7 @@ modes interleaved question by question so that load on the machine hits both ali
 * ``before`` -- the reply computed after the turn ends, as until 2026-12: the LLM prefetched
   on the speculative transcript but nothing synthesized ahead (``dialogue.speculative_audio``
   off), the first chunk a whole clause (``tts.first_chunk_words: 0``), the turn model after
-  the words, 2 Whisper threads;
+  the words, 2 Whisper threads, the 10 s window alone;
 * ``after`` -- the defaults: the speculative reply's short first chunk synthesized and held
   during the pause, the turn model and the Whisper threads chosen for the CPU (``auto``);
 * ``file-graph`` -- the defaults, but Piper runs the voice file's own graph (``tts.conv2d``
@@ -23,6 +23,8 @@ modes interleaved question by question so that load on the machine hits both ali
   off), not its first ~0.28 s before the rest (:mod:`tts.head_first`).
 * ``asr2`` -- the defaults, but 2 Whisper threads (the "before" engine) where the machine's
   choice is 1;
+* ``10s-window`` -- the defaults, but Whisper's 10 s window alone where the machine's choice
+  adds shorter ones (``asr.short_windows: off``; :func:`asr.window.choose_short_windows`);
 * ``model-words`` -- the defaults, but the turn model started once the words are in
   (``turn.model_start: words``), not beside the decode;
 * ``no-partials`` -- the defaults, but no partial transcripts (``asr.partial_interval_ms: 0``):
@@ -147,12 +149,20 @@ async def main() -> None:
     engines = Engines.load(base, paths, progress=lambda m: print(m, flush=True))
     await engines.warm_up(base.dialogue.system_prompt)
     assert engines.tuning is not None
-    # "before" decoded with 2 Whisper threads (the old choice on every class): the same engine
-    # where that is still the choice, else a second one
-    asr_before = engines.asr
-    if engines.tuning.asr_threads != 2:
-        asr_before = build_asr(dataclasses.replace(engines.tuning.asr(base.asr), cpu_threads=2), paths.asr)
+    # "before" decoded with 2 Whisper threads (the old choice on every class) in the 10 s window
+    # alone: the same engine where that is still the choice, else a second one; "10s-window"
+    # the machine's threads in the 10 s window alone
     modes = args.modes.split(",")
+    tuned_asr = engines.tuning.asr(base.asr)
+    short = bool(getattr(engines.asr, "windows", ()))
+    print(f"Whisper's shorter windows: {getattr(engines.asr, 'windows', ())} (asr.short_windows)", flush=True)
+    asr_before = engines.asr
+    if engines.tuning.asr_threads != 2 or short:
+        before_cfg = dataclasses.replace(tuned_asr, cpu_threads=2, short_windows="off")
+        asr_before = build_asr(before_cfg, paths.asr)
+    asr_long = engines.asr
+    if short and "10s-window" in modes:
+        asr_long = build_asr(dataclasses.replace(tuned_asr, short_windows="off"), paths.asr)
     tts_file_graph = engines.tts
     if "file-graph" in modes:
         tts_file_graph = build_tts(dataclasses.replace(base.tts, conv2d=False), paths.tts)
@@ -165,6 +175,8 @@ async def main() -> None:
                     eng = engines
                     if mode in ("before", "asr2"):
                         eng = dataclasses.replace(engines, asr=asr_before)
+                    elif mode == "10s-window":
+                        eng = dataclasses.replace(engines, asr=asr_long)
                     elif mode == "file-graph":
                         eng = dataclasses.replace(engines, tts=tts_file_graph)
                     with guessing(mode != "no-guess"):
