@@ -466,17 +466,26 @@ def test_choose_window(
     assert choose_window(audio_s, 10.0, windows=windows, margin_share=margin_share) == expected
 
 
-def test_default_engine_chooses_its_windows_by_the_encoder_it_timed(fw_asr: FasterWhisperASR) -> None:
+def test_default_engine_decodes_in_the_largest_window(fw_asr: FasterWhisperASR) -> None:
+    assert fw_asr.windows == () and fw_asr.encoder_ms is None  # asr.short_windows: off
+    assert fw_asr.choose_window(2.0) == fw.DEFAULT_WINDOW_S
+    assert fw_asr.choose_window(fw_asr.window_max_s + 0.01) is None
+
+
+def test_auto_chooses_the_windows_by_the_encoder_it_timed() -> None:
     """``asr.short_windows: auto``: the 10 s window's encoder is timed at load, and shorter
     windows are used where it was slow (a Zen 1 EPYC), the 10 s one alone where it was fast."""
-    assert fw_asr.encoder_ms is not None and fw_asr.encoder_ms > 0
-    slow = fw_asr.encoder_ms > asr.window.SHORT_WINDOWS_MIN_ENCODER_MS
-    assert fw_asr.windows == (asr.window.SHORT_WINDOWS if slow else ())
-    # shorter windows pad the room after the audio with silence (their "?" and "." come back)
-    assert fw_asr._window is not None and fw_asr._window.pad_silence is slow
-    assert fw_asr.choose_window(2.0) == (5.0 if slow else fw.DEFAULT_WINDOW_S)
-    assert fw_asr.choose_window(8.5) == fw.DEFAULT_WINDOW_S
-    assert fw_asr.choose_window(fw_asr.window_max_s + 0.01) is None
+    engine = FasterWhisperASR(ASRConfig(cpu_threads=1, short_windows="auto"), bundled_model_dir())
+    try:
+        assert engine.encoder_ms is not None and engine.encoder_ms > 0
+        slow = engine.encoder_ms > asr.window.SHORT_WINDOWS_MIN_ENCODER_MS
+        assert engine.windows == (asr.window.SHORT_WINDOWS if slow else ())
+        # shorter windows pad the room after the audio with silence (their "?" and "." come back)
+        assert engine._window is not None and engine._window.pad_silence is slow
+        assert engine.choose_window(2.0) == (5.0 if slow else fw.DEFAULT_WINDOW_S)
+        assert engine.choose_window(8.5) == fw.DEFAULT_WINDOW_S
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize(("mode", "windows"), [("on", (5.0, 6.0, 8.0)), ("off", ())])

@@ -123,8 +123,8 @@ class ASRConfig:
     #: replies wait for never queue behind other sessions' partials (one session barely notices)
     partials_on_idle_engine: bool = True
     #: shorter Whisper windows (5, 6, 8 s) for shorter clips: "auto" = where the 10 s window's
-    #: encoder is slow (timed at load: asr/window.py choose_short_windows), "on" or "off"
-    short_windows: Literal["auto", "on", "off"] = "auto"
+    #: encoder is slow (timed at load: asr/window.py choose_short_windows), "on"; "off" (measured)
+    short_windows: Literal["auto", "on", "off"] = "off"
     #: start the final decode when the VAD hears silence, so the words are (usually) ready at
     #: the endpoint; redone if speech resumes
     speculative_final: bool = True
