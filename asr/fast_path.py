@@ -56,8 +56,8 @@ budget (end-of-text suppressed) added 0.2-0.5 s. The two paths differ in single
 words here and there, in both directions; on these sets the fast one was slightly
 better, not worse.
 
-Shorter windows for shorter clips (2026-12-04, the current rule below the table): where
-the 10 s window's encoder is slow. First measured as follows. ``windows=(4, 5, 6, 8)``
+Shorter windows for shorter clips: opt-in (``asr.short_windows``, the rule below the table).
+First measured as follows. ``windows=(4, 5, 6, 8)``
 decodes a clip in the smallest window leaving it 1 s of room
 (:func:`asr.window.choose_window`; a rejected decode tries the 10 s window before the
 30 s one). The encoder is a small part of a short decode (10 s / 4 s window: 35 / 13 ms
@@ -92,8 +92,8 @@ heard and then said again until the token budget ("What time is it? What time is
 its first copy the 10 s window's text: such a loop is now read as its phrase
 (:func:`asr.window.repeated_phrase`). And in a short window padded with zeros the sentence's
 last mark often became "." or "..." ("How many days are in a week..."), which the end-of-turn
-policy reads as trailing off: two questions of ``bench_speculation.py`` then waited the long
-wait (2.1 s). Padded with silence it came back ("?"), and silence also brings a sentence said
+policy reads as trailing off: one question of ``bench_speculation.py`` (both repetitions) then
+waited the long wait (2.1 s). Padded with silence it came back ("?"), and silence also brings a sentence said
 twice in one breath ("What do these make? What do these make?"), now read once
 (:data:`asr.window.MIN_DOUBLED_WORDS`). ``bench_asr_window.py --threads 1 --pads zeros silence
 --windows 5 6 8 10 --sets questions held-out --voices en-us+f3 en-gb+m1 piper`` (216 clips),

@@ -194,8 +194,9 @@ class FasterWhisperASR:
         self.encoder_ms = encoder_ms(self._model, window_s) if timed and window_s is not None else None
         if windows is None:
             windows = choose_short_windows(cfg.short_windows, self.encoder_ms)
+        if self.encoder_ms is not None:  # only "auto" times it
             log.info("asr: the 10 s window's encoder took %s ms; shorter windows: %s",
-                     self.encoder_ms and round(self.encoder_ms), list(windows) or "none")  # fmt: skip
+                     round(self.encoder_ms), list(windows) or "none")  # fmt: skip
         self.windows: tuple[float, ...] = tuple(sorted(windows))
         silent = bool(self.windows) if pad_silence is None else pad_silence
         self._window: WindowDecoder | None = None
