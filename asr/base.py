@@ -27,8 +27,14 @@ class Transcription:
     decode_ms: float
 
 
-#: the utterance so far, with what came after a decode's audio was taken (None: nothing usable)
+#: the utterance so far, with what came after a decode's audio was taken (None: nothing usable);
+#: it raises :class:`DecodeUnwanted` once nothing will use the decode's result
 MoreAudio = Callable[[], "NDArray[np.float32] | None"]
+
+
+class DecodeUnwanted(Exception):
+    """Raised by a :data:`MoreAudio` when the decode's result will not be used (the speaker went
+    on before the turn ended): the engine stops instead of taking its costlier path."""
 
 
 class ASREngine(Protocol):
@@ -42,7 +48,8 @@ class ASREngine(Protocol):
         the utterance with the audio that came since, or None when there is none to use.
         An engine whose usual decode of ``audio`` is doubtful may decode that instead of
         taking a costlier path (a cut at the first silent frame can end inside the last
-        word's soft ending)."""
+        word's soft ending), and asks ``more()`` again before a costlier path: it raises
+        :class:`DecodeUnwanted` when nothing will use the result."""
         ...
 
     def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:

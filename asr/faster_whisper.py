@@ -218,19 +218,18 @@ class FasterWhisperASR:
     def transcribe(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Transcription:
         """Decode one utterance (mono float32 at 16 kHz). Blocking; call from a thread.
 
-        The short-window fast path first (audio up to :attr:`window_max_s`), the full
-        30 s window when the audio is longer or the fast decode is unusable.
+        The short-window fast path first (audio up to :attr:`window_max_s`), the full 30 s
+        window when the audio is longer or the fast decode is unusable.
 
-        ``more`` (the pause's decode, :class:`asr.base.ASREngine`): when the fast path
-        rejects ``audio`` and ``more()`` brings at least :data:`MORE_AUDIO_MIN_S` of the
-        pause after it, that longer audio is decoded in the short window before the full
-        window is asked. The VAD's first silent frame can come before the last word's soft
-        ending ("make" in "What do bees make?"): cut there, the short window heard "What do
-        these may?" (no-speech 0.61-0.73), and the full window took 1.3-1.5 s alone on a
-        2-core AVX2 EPYC. With 0.3 s of the pause added, 10 of 10 such cuts were trusted in
-        the short window (9 of 10 with 0.1-0.2 s), each decode ~0.43 s, and their word error
-        rate was the full window's.
-        """
+        ``more`` (the pause's decode, :class:`asr.base.ASREngine`): when the fast path rejects
+        ``audio`` and ``more()`` brings at least :data:`MORE_AUDIO_MIN_S` of the pause after it,
+        that longer audio is decoded in the short window before the full window is asked (after
+        ``more()`` once more: ``DecodeUnwanted`` if the speaker went on). The VAD's first silent
+        frame can come before the last word's soft ending ("make" in "What do bees make?"): cut
+        there, the short window heard "What do these may?" (no-speech 0.61-0.73), and the full
+        window took 1.3-1.5 s alone on a 2-core AVX2 EPYC. With 0.3 s of the pause added, 10 of
+        10 such cuts were trusted in the short window (9 of 10 with 0.1-0.2 s), each decode
+        ~0.43 s, and their word error rate was the full window's."""
         t0 = time.monotonic_ns()
         samples = _as_mono(audio)
         result = self.transcribe_window(samples)
@@ -247,6 +246,8 @@ class FasterWhisperASR:
                 )  # fmt: skip
                 return dataclasses.replace(result, decode_ms=total_ms)
             samples = later
+        if more is not None and self._fits_window(samples.shape[0] / self.sample_rate_hz):
+            more()  # raises DecodeUnwanted if the speaker went on: the full window costs ~1 s
         fast_ms = (time.monotonic_ns() - t0) / 1e6
         full = self.transcribe_full(samples)
         audio_s = full.audio_s

@@ -1,10 +1,9 @@
 """Per-session streaming on top of any :class:`asr.base.ASREngine`.
 
-:class:`UtteranceTranscriber` is the thin asyncio adapter: it buffers the
-utterance, runs the engine's blocking whole-utterance decodes in a worker
-thread, feeds :class:`asr.local_agreement.LocalAgreement` for partials, and owns
-the speculative final decode. The decisions it makes -- is a partial due, is the
-speculation still usable -- are the pure functions :func:`partial_due` and
+:class:`UtteranceTranscriber` is the thin asyncio adapter: it buffers the utterance, runs the
+engine's blocking whole-utterance decodes in a worker thread, feeds
+:class:`asr.local_agreement.LocalAgreement` for partials, and owns the speculative final decode.
+Its decisions (is a partial due, is the speculation usable) are the pure :func:`partial_due` and
 :func:`speculation_usable`.
 
 Life of one utterance, as the session runtime drives it::
@@ -19,8 +18,9 @@ Life of one utterance, as the session runtime drives it::
     await final()            endpoint: reuse the speculation or decode now
 
 Audio appended after :meth:`speculate` is silence (the pause) unless :meth:`invalidate` is
-called, so a valid speculation covers all the speech; the engine may decode it too, when
-its decode of the audio up to the pause is doubtful (``more`` of ``ASREngine.transcribe``).
+called, so a valid speculation covers all the speech; the engine may decode it too, when its
+decode of the audio up to the pause is doubtful (``more`` of ``ASREngine.transcribe``), and a
+discarded decode stops before the engine's costlier path (``DecodeUnwanted``).
 
 Every decode hears the utterance with its long inner pauses shortened to
 ``asr.max_pause_ms`` (:mod:`asr.pauses`): a speaker who pauses mid-sentence is
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from asr.base import ASREngine, MoreAudio, Transcription
+from asr.base import ASREngine, DecodeUnwanted, MoreAudio, Transcription
 from asr.load import EngineLoad
 from asr.local_agreement import LocalAgreement
 from asr.pauses import shorten_pauses
@@ -93,11 +93,10 @@ def partial_due(
     paused: bool,
     engine_busy: bool = False,
 ) -> bool:
-    """A partial decode is due when partials are enabled (``interval_samples > 0``), no
-    decode of this utterance is running, no decode of another session is on a shared
-    engine (``engine_busy``: a partial would queue ahead of their finals), the user is not
-    pausing (no valid speculative final stands: the audio since is silence), and at least
-    ``interval_samples`` of audio arrived since the last partial."""
+    """A partial decode is due when partials are enabled (``interval_samples > 0``), no decode
+    of this utterance is running, no decode of another session is on a shared engine
+    (``engine_busy``: a partial would queue ahead of their finals), the user is not pausing (no
+    valid speculative final stands), and ``interval_samples`` arrived since the last partial."""
     if interval_samples <= 0 or decoding or paused or engine_busy:
         return False
     return buffered_samples - last_partial_samples >= interval_samples
@@ -114,16 +113,18 @@ class Decoded:
 
 @dataclass(slots=True)
 class Speculation:
-    """A final decode started at the pause. ``valid`` drops to False when speech resumes."""
+    """A final decode started at the pause. ``valid`` drops to False when speech resumes;
+    ``awaited``: :meth:`UtteranceTranscriber.final` uses it (then it is wanted whatever comes)."""
 
     task: asyncio.Task[Decoded]
     utterance: int
     valid: bool = True
+    awaited: bool = False
 
 
 def speculation_usable(spec: Speculation | None, utterance: int) -> bool:
-    """The speculative decode may stand in for the final one: it belongs to this
-    utterance and no speech was heard since it started."""
+    """The speculative decode may stand in for the final one: it belongs to this utterance and
+    no speech was heard since it started."""
     return spec is not None and spec.valid and spec.utterance == utterance
 
 
@@ -133,11 +134,10 @@ def speculation_usable(spec: Speculation | None, utterance: int) -> bool:
 class UtteranceTranscriber:
     """Streaming transcription of one session's utterances, one at a time.
 
-    ``executor`` runs the blocking decodes (``None``: the loop's default executor).
-    ``clock`` returns monotonic nanoseconds (for ``waited_ms``); ``stamp`` is the clock the
-    decodes' compute spans are stamped with, in the decoding thread (the session's clock).
-    ``load`` is the engine's load shared by every session on it (None: this one alone).
-    """
+    ``executor`` runs the blocking decodes (``None``: the loop's default executor). ``clock``
+    returns monotonic nanoseconds (for ``waited_ms``); ``stamp`` is the clock the decodes'
+    compute spans are stamped with, in the decoding thread (the session's clock). ``load`` is
+    the engine's load shared by every session on it (None: this one alone)."""
 
     def __init__(
         self,
@@ -214,11 +214,9 @@ class UtteranceTranscriber:
     async def partial(self) -> PartialTranscript | None:
         """Decode the utterance so far and advance the commit policy.
 
-        None when no partial is due (see :func:`partial_due`: ``partial_interval_ms``
-        of new audio is needed, 0 disables partials; none while a decode runs or a
-        valid speculation stands), or when the decode changed nothing. Call it as
-        often as convenient, e.g. after every :meth:`append`.
-        """
+        None when no partial is due (see :func:`partial_due`: ``partial_interval_ms`` of new
+        audio is needed, 0 disables partials; none while a decode runs or a valid speculation
+        stands), or when the decode changed nothing. Call it as often as convenient."""
         self._check_open()
         if not self.partial_due:
             return None
@@ -248,16 +246,15 @@ class UtteranceTranscriber:
     # ------------------------------------------------------------ finals
 
     def speculate(self) -> None:
-        """Start the final decode of the audio so far (the VAD heard the pause start).
-
-        No-op when ``speculative_final`` is off or a valid speculation is already
-        running or done.
-        """
+        """Start the final decode of the audio so far (the VAD heard the pause start); no-op
+        when ``speculative_final`` is off or a valid speculation is already running or done."""
         self._check_open()
         if not self._cfg.speculative_final or speculation_usable(self._speculation, self._utterance):
             return
-        task = self._spawn(self._decode(self._snapshot(), more=self._so_far(self._utterance)))
+        box: list[Speculation] = []  # the closure's view of the speculation it belongs to
+        task = self._spawn(self._decode(self._snapshot(), more=self._so_far(self._utterance, box)))
         self._speculation = Speculation(task, self._utterance)
+        box.append(self._speculation)
 
     def invalidate(self) -> None:
         """Speech resumed: the speculation will not be used. Its thread runs to the end
@@ -266,15 +263,18 @@ class UtteranceTranscriber:
             self._speculation.valid = False
 
     async def speculative(self) -> FinalTranscript | None:
-        """The result of the speculative decode of the current pause, once it is done;
-        None if there is none or it became void (speech resumed). Never decodes itself."""
+        """The speculative decode of the current pause, once done; None if there is none or it
+        became void (speech resumed). Never decodes itself."""
         self._check_open()
         spec = self._speculation
         if not speculation_usable(spec, self._utterance):
             return None
         assert spec is not None
         t0 = self._clock()
-        decoded = await self._await_speculation(spec)
+        try:
+            decoded = await self._await_speculation(spec)
+        except DecodeUnwanted:
+            return None  # speech resumed while it decoded
         if not speculation_usable(spec, self._utterance):
             return None
         return self._final(decoded, speculative=True, t0=t0)
@@ -291,6 +291,7 @@ class UtteranceTranscriber:
         spec = self._speculation
         if speculation_usable(spec, self._utterance):
             assert spec is not None
+            spec.awaited = True  # before any await: a later invalidate() cannot stop it now
             decoded = await self._await_speculation(spec)
             speculative = True
         else:
@@ -314,10 +315,8 @@ class UtteranceTranscriber:
     # ------------------------------------------------------------ lifetime
 
     async def aclose(self) -> None:
-        """Cancel the decode tasks this transcriber owns. Idempotent.
-
-        Threads already inside the engine finish on their own; their results are dropped.
-        """
+        """Cancel the decode tasks this transcriber owns. Idempotent. Threads already inside the
+        engine finish on their own; their results are dropped."""
         if self._closed:
             return
         self._closed = True
@@ -326,8 +325,7 @@ class UtteranceTranscriber:
         for task in tasks:
             task.cancel()
         if tasks:
-            # asyncio.wait never raises the tasks' errors; our own cancellation propagates
-            await asyncio.wait(tasks)
+            await asyncio.wait(tasks)  # never raises the tasks' errors; our cancellation propagates
 
     @property
     def closed(self) -> bool:
@@ -364,10 +362,13 @@ class UtteranceTranscriber:
     def _shortened(self, audio: NDArray[np.float32]) -> NDArray[np.float32]:
         return shorten_pauses(audio, self._engine.sample_rate_hz, self._cfg.max_pause_ms / 1000)
 
-    def _so_far(self, utterance: int) -> MoreAudio:
-        """Utterance ``utterance`` so far, None once another began (the engine's thread asks)."""
+    def _so_far(self, utterance: int, box: list[Speculation]) -> MoreAudio:
+        """Utterance ``utterance`` so far, None once another began (the engine's thread asks);
+        raises :class:`DecodeUnwanted` once the speculation in ``box`` is void and not awaited."""
 
         def audio() -> NDArray[np.float32] | None:
+            if box and not box[0].valid and not box[0].awaited:
+                raise DecodeUnwanted(f"utterance {utterance}: speech resumed")
             chunks = list(self._chunks)  # one atomic copy; the loop only appends or replaces
             if self._utterance != utterance or not chunks:  # start() counts before it clears
                 return None

@@ -2,7 +2,7 @@
 to trust what came back (:mod:`asr.fast_path` runs the model).
 
 Window choice (:func:`choose_window`): the engine's ``window_s`` (10 s) takes audio up
-to ``window_s - WINDOW_MARGIN_S``. Shorter windows for shorter clips (``windows=``) can be
+to ``window_s - WINDOW_MARGIN_S``. Shorter windows for shorter clips (``windows=``, from 1.6 s) can be
 chosen where the 10 s window's encoder is slow (:func:`choose_short_windows`, opt-in): there they
 cut a decode by ~30 % at the same WER, once a loop of the sentence is read as the sentence
 (:func:`repeated_phrase`) and the window's room is silence; elsewhere they saved only
@@ -22,6 +22,10 @@ SHORT_WINDOWS = (5.0, 6.0, 8.0)
 #: ... chosen where the 10 s window's encoder takes longer than this at load, ms: 186-373 ms on
 #: a 2-core Zen 1 EPYC (AVX2 at half width), 69 ms emulated AVX2 and 35 ms AVX-512 BF16
 SHORT_WINDOWS_MIN_ENCODER_MS = 120.0
+#: ... for clips at least this long, seconds; shorter ones decode in the largest window. A clip
+#: of one or two words in a 5 or 6 s window came back doubled ("Yes. Yes.", "Sure. Sure.", "No!
+#: No!": 14 of 90 Piper and espeak clips of 1.0-1.42 s, 0 in the 10 s window; 2-core Zen 1 EPYC)
+SHORT_WINDOWS_MIN_AUDIO_S = 1.6
 
 #: faster-whisper's silence guard: no-speech probability above this *and* ...
 NO_SPEECH_THRESHOLD = 0.6
@@ -59,17 +63,19 @@ def choose_window(
     windows: Sequence[float],
     margin_s: float = WINDOW_MARGIN_S,
     margin_share: float = 0.0,
+    min_short_s: float = SHORT_WINDOWS_MIN_AUDIO_S,
 ) -> float | None:
     """The window, seconds, that ``audio_s`` seconds of audio decode in; None = too long.
 
     The smallest of ``windows`` below ``window_s`` with ``max(margin_s, margin_share *
-    audio_s)`` seconds of room after the audio; else ``window_s`` itself when the audio
-    leaves it ``margin_s`` of room; else None (the full 30 s window decodes it).
+    audio_s)`` seconds of room after the audio, for audio of at least ``min_short_s``;
+    else ``window_s`` itself when the audio leaves it ``margin_s`` of room; else None (the
+    full 30 s window decodes it).
     A window with too little room makes Whisper loop (MEASURED.md: WER 117-412 % in a
     window only as long as the audio).
     """
     room = max(margin_s, margin_share * audio_s)
-    for window in sorted(windows):
+    for window in sorted(windows) if audio_s >= min_short_s else ():
         if window < window_s and audio_s + room <= window:
             return window
     if audio_s + margin_s <= window_s:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from asr.base import MoreAudio, Transcription
+from asr.base import DecodeUnwanted, MoreAudio, Transcription
 from asr.load import EngineLoad
 from asr.streaming import (
     FinalTranscript,
@@ -404,7 +404,8 @@ async def test_final_waits_for_a_running_speculation(executor: ThreadPoolExecuto
 class AskingEngine(FakeEngine):
     """Asks for the audio that came since, after its (gated) decode, as the real engine does
     when its short window rejects the pause's cut; records the answer: "not offered" when
-    the transcriber gave no ``more``, else its length in samples or None."""
+    the transcriber gave no ``more``, "unwanted" when it raised DecodeUnwanted (and raises it
+    on, as the real engine does), else its length in samples or None."""
 
     def __init__(self, script: Callable[[int], str]) -> None:
         super().__init__(script, gated=True)
@@ -413,9 +414,15 @@ class AskingEngine(FakeEngine):
 
     def transcribe(self, audio: NDArray[np.float32], *, more: MoreAudio | None = None) -> Transcription:
         result = super().transcribe(audio)
-        later = None if more is None else more()
-        self.answers.append("not offered" if more is None else None if later is None else later.size)
-        self.answered.release()
+        try:
+            later = None if more is None else more()
+        except DecodeUnwanted:
+            self.answers.append("unwanted")
+            raise
+        else:
+            self.answers.append("not offered" if more is None else None if later is None else later.size)
+        finally:
+            self.answered.release()
         return result
 
 
@@ -451,7 +458,50 @@ async def test_the_pause_decode_gets_nothing_once_another_utterance_began(
     assert not final.speculative and final.text == "what"
     for _ in range(2):  # the void decode's thread runs to its end too
         assert await asyncio.to_thread(engine.answered.acquire, True, 10.0)
-    assert sorted(engine.answers, key=str) == [None, "not offered"]  # never the new utterance's audio
+    # never the new utterance's audio: the void decode is told to stop
+    assert sorted(engine.answers, key=str) == ["not offered", "unwanted"]
+    await tr.aclose()
+
+
+async def test_a_pause_decode_is_told_to_stop_once_the_speaker_went_on(
+    executor: ThreadPoolExecutor,
+) -> None:
+    """Speech resumed after a mid-sentence pause: the engine learns that its decode is void
+    before its costlier path (the real one's full 30 s window, ~1 s on an AVX2 CPU), and the
+    next pause's decode does not queue behind it."""
+    engine = AskingEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    tr.invalidate()  # the speaker went on
+    tr.append(ms(1000))
+    assert await tr.speculative() is None
+    engine.gate.set()
+    assert await asyncio.to_thread(engine.answered.acquire, True, 10.0)
+    assert engine.answers == ["unwanted"]
+    tr.speculate()  # the next pause
+    assert await asyncio.to_thread(engine.entered.acquire, True, 10.0)
+    final = await tr.final()
+    assert final.speculative and final.text == "what is the capital" and engine.answers[-1] == 2000
+    await tr.aclose()
+
+
+async def test_a_pause_decode_the_turn_awaits_is_never_told_to_stop(executor: ThreadPoolExecutor) -> None:
+    """The turn ended on this decode (final() awaits it) and the speaker began anew before it
+    finished: it still decodes to its end, and the turn gets its words."""
+    engine = AskingEngine(growing)
+    tr = make(engine, executor)
+    tr.start(ms(1000))
+    tr.speculate()
+    await wait_entered(engine)
+    final_task = asyncio.create_task(tr.final())
+    await asyncio.sleep(0)
+    tr.start(ms(500))  # the next utterance begins while the turn's decode runs
+    engine.gate.set()
+    final = await final_task
+    assert final.speculative and final.text == "what is"
+    assert engine.answers == [None]  # nothing more to add, and not told to stop
     await tr.aclose()
 
 
