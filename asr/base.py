@@ -48,8 +48,9 @@ class ASREngine(Protocol):
         the utterance with the audio that came since, or None when there is none to use.
         An engine whose usual decode of ``audio`` is doubtful may decode that instead of
         taking a costlier path (a cut at the first silent frame can end inside the last
-        word's soft ending), and asks ``more()`` again before a costlier path: it raises
-        :class:`DecodeUnwanted` when nothing will use the result."""
+        word's soft ending); it may ask ``more()`` before any costly step (its turn on the
+        model, a costlier path): that raises :class:`DecodeUnwanted` when nothing will use the
+        result, and the decode stops there."""
         ...
 
     def transcribe_partial(self, audio: NDArray[np.float32]) -> Transcription | None:

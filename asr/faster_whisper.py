@@ -11,40 +11,8 @@ the figures that chose them are in :mod:`asr.fast_path` (the decode) and
 :mod:`asr.window` (the pure decisions).
 
 **Full path** (:meth:`~FasterWhisperASR.transcribe_full`): faster-whisper's own
-``transcribe`` on the 30 s window, for longer audio and for the fast path's rejects.
-
-Decode options of the full path (faster-whisper's ``transcribe``), and why (figures
-measured on the project's 2-core machines, and this module's tests):
-
-``beam_size=cfg.beam_size`` (1)
-    Greedy by default. Beam 5 doubled the decode time (1.0 s vs 0.5 s on a 2.6 s
-    question); it is a config choice, not hard-wired.
-``temperature=0.0`` only
-    No temperature fallback: a low-confidence decode is not re-run up to five
-    times at higher (sampled) temperatures, each re-run a full decode that can
-    blow the latency budget. Decodes stay deterministic, so re-decoding the same
-    audio gives the same words (what LocalAgreement compares).
-``without_timestamps=True``, ``word_timestamps=False``
-    One decoding pass per 30 s window, no timestamp tokens. faster-whisper's
-    defaults (timestamps on) ran a second pass at 6 s (706 ms vs 401 ms) and
-    hallucinated; ``word_timestamps`` together with ``without_timestamps``
-    hallucinated "Thank you.".
-``condition_on_previous_text=False``
-    Every call decodes one whole utterance; there is no previous text to condition
-    on, and conditioning is how one bad window contaminates the next.
-``vad_filter=False``
-    The pipeline's own VAD has already cut the utterance; a second (Silero) pass
-    would cost time and could clip the pre-roll.
-``no_speech_threshold=0.6``, ``log_prob_threshold=-1.0``
-    faster-whisper's own values, passed explicitly because they are the silence
-    guard: a window whose no-speech probability is above 0.6 *and* whose average
-    token log-probability is below -1.0 is dropped. With this,
-    pure silence and low-level noise decode to "" (measured: 0.5-7 s of zeros, 1-3 s
-    of noise at -50 dBFS), not to "Thank you.". 8 s and more of digital zeros
-    decode to "you" on this path (not on the fast path, which takes up to 9 s).
-``chunk_length`` is never passed
-    It did not make decoding faster, and it overwrites the shared feature
-    extractor's window size, which would race between threads.
+``transcribe`` on the 30 s window, for longer audio and for the fast path's rejects; its
+decode options, and why, are in :mod:`asr.full_path`.
 
 Audio shorter than :data:`MIN_AUDIO_S` returns an empty :class:`Transcription`
 without touching the model: no word fits in it.
@@ -58,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,6 +37,7 @@ from numpy.typing import NDArray
 
 from asr.base import MoreAudio, Transcription
 from asr.fast_path import LEAD_IN_S, WindowDecoder, encoder_ms
+from asr.full_path import decode_full
 from asr.window import (
     LOG_PROB_THRESHOLD,
     NO_SPEECH_THRESHOLD,
@@ -143,7 +113,7 @@ class FasterWhisperASR:
     """Whole-utterance Whisper decoder. Thread-safe: one instance serves all sessions.
 
     Concurrent :meth:`transcribe` calls run in parallel up to ``cfg.num_workers``
-    (CTranslate2 workers), otherwise they queue inside CTranslate2.
+    (CTranslate2 workers), otherwise they wait for their turn here.
     """
 
     sample_rate_hz: int = SAMPLE_RATE_HZ
@@ -199,6 +169,9 @@ class FasterWhisperASR:
                      round(self.encoder_ms), list(windows) or "none")  # fmt: skip
         self.windows: tuple[float, ...] = tuple(sorted(windows))
         silent = bool(self.windows) if pad_silence is None else pad_silence
+        #: one decode per CTranslate2 worker at a time, taken here (not in CTranslate2's queue) so a
+        #: decode that waited behind another can learn that it is void before it runs
+        self._turns = threading.Semaphore(max(1, cfg.num_workers))
         self._window: WindowDecoder | None = None
         if window_s is not None:
             self._window = WindowDecoder(
@@ -223,15 +196,21 @@ class FasterWhisperASR:
 
         ``more`` (the pause's decode, :class:`asr.base.ASREngine`): when the fast path rejects
         ``audio`` and ``more()`` brings at least :data:`MORE_AUDIO_MIN_S` of the pause after it,
-        that longer audio is decoded in the short window before the full window is asked (after
-        ``more()`` once more: ``DecodeUnwanted`` if the speaker went on). The VAD's first silent
+        that longer audio is decoded in the short window before the full window is asked; ``more()``
+        is also asked when the decode gets its turn and before the full window
+        (``DecodeUnwanted``: the speaker went on, the decode stops). The VAD's first silent
         frame can come before the last word's soft ending ("make" in "What do bees make?"): cut
         there, the short window heard "What do these may?" (no-speech 0.61-0.73), and the full
         window took 1.3-1.5 s alone on a 2-core AVX2 EPYC. With 0.3 s of the pause added, 10 of
         10 such cuts were trusted in the short window (9 of 10 with 0.1-0.2 s), each decode
         ~0.43 s, and their word error rate was the full window's."""
+        with self._turns:
+            if more is not None:
+                more()  # DecodeUnwanted: the speaker went on while this decode waited for its turn
+            return self._transcribe(_as_mono(audio), more)
+
+    def _transcribe(self, samples: NDArray[np.float32], more: MoreAudio | None) -> Transcription:
         t0 = time.monotonic_ns()
-        samples = _as_mono(audio)
         result = self.transcribe_window(samples)
         if result is not None:
             return result
@@ -272,7 +251,10 @@ class FasterWhisperASR:
         another (LocalAgreement) and timed at warm-up, where a window that grows with the
         utterance (:attr:`windows`) would change what they hear ("weather" or "winner").
         """
-        samples = _as_mono(audio)
+        with self._turns:
+            return self._transcribe_partial(_as_mono(audio))
+
+    def _transcribe_partial(self, samples: NDArray[np.float32]) -> Transcription | None:
         audio_s = samples.shape[0] / self.sample_rate_hz
         largest = self._window.window_s if self._window is not None and self._fits_window(audio_s) else None
         result = self.transcribe_window(samples, window_s=largest)
@@ -349,26 +331,11 @@ class FasterWhisperASR:
         if audio_s < MIN_AUDIO_S:
             return _empty(audio_s)
         model = self._live_model()
-        cfg = self._cfg
         t0 = time.monotonic_ns()
         try:
-            segments, _info = model.transcribe(
-                samples,
-                language=cfg.language,
-                beam_size=cfg.beam_size,
-                temperature=0.0,
-                without_timestamps=True,
-                word_timestamps=False,
-                condition_on_previous_text=False,
-                vad_filter=False,
-                no_speech_threshold=NO_SPEECH_THRESHOLD,
-                log_prob_threshold=LOG_PROB_THRESHOLD,
-            )
-            # segments is lazy: decoding happens while iterating
-            pieces = [segment.text.strip() for segment in segments]
+            text = decode_full(model, samples, language=self._cfg.language, beam_size=self._cfg.beam_size)
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"faster-whisper decode failed: {exc}", retryable=False) from exc
-        text = " ".join(piece for piece in pieces if piece)
         return _transcription(text, audio_s, (time.monotonic_ns() - t0) / 1e6)
 
     def _live_model(self) -> Any:
