@@ -56,7 +56,7 @@ budget (end-of-text suppressed) added 0.2-0.5 s. The two paths differ in single
 words here and there, in both directions; on these sets the fast one was slightly
 better, not worse.
 
-Shorter windows for shorter clips: opt-in (``asr.short_windows``, the rule below the table).
+Shorter windows for shorter clips: where the encoder is slow (``asr.short_windows``, below the table).
 First measured as follows. ``windows=(4, 5, 6, 8)``
 decodes a clip in the smallest window leaving it 1 s of room
 (:func:`asr.window.choose_window`; a rejected decode tries the 10 s window before the
@@ -83,9 +83,9 @@ room max(1 s, 50 %), then 10 s     1    144 / 367 ms, 14.1 %      162 / 426 ms, 
 smallest with 1 s room, then 30 s  1    141 / 657 ms, 14.6 %      158 / 802 ms, 13.0 %
 =================================  ===  ========================  ==========================
 
-**Shorter windows where the encoder is slow** (``asr.short_windows: auto``, opt-in; "off" is
-the default: :func:`asr.window.choose_short_windows`, the 10 s window's encoder timed at load,
-over 120 ms).
+**Shorter windows where the encoder is slow** (``asr.short_windows: auto``, the default:
+:func:`asr.window.choose_short_windows`, the 10 s window's encoder timed at load, over 120 ms;
+"on" and "off" also).
 On a 2-core Zen 1 EPYC (AVX2 at half width; encoder 141 / 172 / 236 / 312 ms for a 5 / 6 / 8 /
 10 s window, 1 thread, a loaded host) 16 of the 19 rejections in a 5 s window were the sentence
 heard and then said again until the token budget ("What time is it? What time is it? What ti"),
@@ -103,11 +103,12 @@ short windows padded with silence 327 / 492 ms, WER 12.0 %, 4 fallbacks, 200 of 
 zeros 316 / 453 ms, 13.4 %, 188 of 216. So an engine with shorter windows pads them with
 silence (``pad_silence`` None); where the encoder is fast (35 ms in 10 s on AVX-512 BF16,
 69 ms emulated AVX2) nothing changes. A partial always decodes in the 10 s window
-(:meth:`asr.faster_whisper.FasterWhisperASR.transcribe_partial`). **Why not the default yet**:
-very short clips (Piper's "Yes.", "Sure,", "Bees make", ~0.8 s) came back doubled ("Yes. Yes.",
-3 of 4) or misheard ("Please, may.") in a short window padded with silence, and the CI of
-bd3144d failed on that (``tests/test_tts_first_chunk.py``); with zeros, or in 10 s, they did
-not double. A rule for clips under ~1.5 s is not measured yet.
+(:meth:`asr.faster_whisper.FasterWhisperASR.transcribe_partial`). **Clips under 1.6 s** (a
+word or two) decode in the 10 s window (:data:`asr.window.SHORT_WINDOWS_MIN_AUDIO_S`): Piper's
+"Yes.", "Sure,", "No." (1.0-1.4 s framed in 0.3 s of silence) came back doubled ("Yes. Yes.") in
+a 5 or 6 s window padded with silence, 14 of 90 Piper and espeak clips of one to three words,
+and 0 of 90 in the 10 s window, padded with silence (WER 13.6 %) or zeros (15.4 %); the 5 s
+window with zeros doubled 2 and rejected 15 (session 16, the same EPYC).
 
 **The window's room after the audio** is filled as faster-whisper's ``pad_or_trim`` fills
 it: zeros in feature units, which are a steady noise at log10 power -4, not silence.

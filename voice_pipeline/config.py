@@ -122,9 +122,9 @@ class ASRConfig:
     #: a partial decode starts only when no decode of any session is on the engine, so the decodes
     #: replies wait for never queue behind other sessions' partials (one session barely notices)
     partials_on_idle_engine: bool = True
-    #: shorter Whisper windows (5, 6, 8 s) for shorter clips: "auto" = where the 10 s window's
-    #: encoder is slow (timed at load: asr/window.py choose_short_windows), "on"; "off" (measured)
-    short_windows: Literal["auto", "on", "off"] = "off"
+    #: shorter Whisper windows (5, 6, 8 s) for clips of 1.6-7 s: "auto" = where the 10 s window's
+    #: encoder is slow (timed at load: asr/window.py choose_short_windows), "on", "off" (measured)
+    short_windows: Literal["auto", "on", "off"] = "auto"
     #: start the final decode when the VAD hears silence, so the words are (usually) ready at
     #: the endpoint; redone if speech resumes
     speculative_final: bool = True
