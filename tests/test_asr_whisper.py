@@ -100,6 +100,19 @@ def test_degenerate_fast_decode_falls_back(
     assert "short window's decode" in caplog.text and "rejected" in caplog.text
 
 
+def spy_full_window(engine: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The seconds of audio each later full-window decode of ``engine`` heard (it still decodes)."""
+    heard: list[float] = []
+    full_window = engine.transcribe_full
+
+    def spy(samples: Any) -> Any:
+        heard.append(samples.size / RATE)
+        return full_window(samples)
+
+    monkeypatch.setattr(engine, "transcribe_full", spy)
+    return heard
+
+
 def test_a_partial_never_takes_the_full_window(
     fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,14 +126,7 @@ def test_a_partial_never_takes_the_full_window(
     assert (None if partial is None else partial.text) == (None if fast is None else fast.text)
     whole = fw_asr.transcribe_partial(audio)
     assert whole is not None and word_error_rate(reference, whole.text) <= 0.15, whole.text
-    full_path: list[float] = []
-    transcribe_full = fw_asr.transcribe_full
-
-    def spy(samples: Any) -> Any:
-        full_path.append(samples.size / RATE)
-        return transcribe_full(samples)
-
-    monkeypatch.setattr(fw_asr, "transcribe_full", spy)
+    full_path = spy_full_window(fw_asr, monkeypatch)
     monkeypatch.setattr(asr.window, "looks_degenerate", lambda text, audio_s, *, hit_max_length: True)
     assert fw_asr.transcribe_partial(audio) is None  # rejected: no partial this time
     assert full_path == []
@@ -147,9 +153,8 @@ async def test_a_rejected_pause_decode_is_retried_with_the_pause_since_not_the_f
     in the short window, instead of holding the engine for the 30 s window."""
     reference = "What do bees make?"
     speech = concat(silence(0.15), espeak(reference, voice="en-gb+m1"))
-    short_window, full_window = fw_asr.transcribe_window, fw_asr.transcribe_full
+    short_window = fw_asr.transcribe_window
     heard: list[float] = []
-    full: list[float] = []
     appended = threading.Event()
 
     def window(samples: Any, **kw: Any) -> Any:
@@ -159,12 +164,8 @@ async def test_a_rejected_pause_decode_is_retried_with_the_pause_since_not_the_f
             return None
         return short_window(samples, **kw)
 
-    def spy(samples: Any) -> Any:
-        full.append(samples.size / RATE)
-        return full_window(samples)
-
     monkeypatch.setattr(fw_asr, "transcribe_window", window)
-    monkeypatch.setattr(fw_asr, "transcribe_full", spy)
+    full = spy_full_window(fw_asr, monkeypatch)
     transcriber = UtteranceTranscriber(fw_asr, ASRConfig(partial_interval_ms=0))
     try:
         transcriber.start(speech)
@@ -197,8 +198,6 @@ async def test_a_pause_decode_stops_before_the_full_window_once_the_speaker_went
     first, rest = "What is the weather", "like in Paris today?"
     speech = concat(silence(0.15), espeak(first, voice="en-us+f3"))
     later = espeak(rest, voice="en-us+f3")
-    full_window = fw_asr.transcribe_full
-    full: list[float] = []
     entered, resumed = threading.Event(), threading.Event()
 
     def window(samples: Any, **kw: Any) -> Any:
@@ -206,12 +205,8 @@ async def test_a_pause_decode_stops_before_the_full_window_once_the_speaker_went
         assert resumed.wait(10)
         return None  # the short window trusts nothing here
 
-    def spy(samples: Any) -> Any:
-        full.append(samples.size / RATE)
-        return full_window(samples)
-
     monkeypatch.setattr(fw_asr, "transcribe_window", window)
-    monkeypatch.setattr(fw_asr, "transcribe_full", spy)
+    full = spy_full_window(fw_asr, monkeypatch)
     transcriber = UtteranceTranscriber(fw_asr, ASRConfig(partial_interval_ms=0))
     try:
         transcriber.start(speech)
@@ -255,7 +250,7 @@ async def test_a_pause_decode_that_waited_behind_another_is_dropped_before_it_ru
     assert await asyncio.to_thread(entered.wait, 10)
     transcriber = UtteranceTranscriber(fw_asr, ASRConfig(partial_interval_ms=0))
     try:
-        transcriber.start(speech[: RATE])
+        transcriber.start(speech[:RATE])
         transcriber.speculate()  # waits for its turn
         await asyncio.sleep(0.2)
         transcriber.invalidate()  # the speaker went on
