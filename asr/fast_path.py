@@ -106,8 +106,8 @@ silence (``pad_silence`` None); where the encoder is fast (35 ms in 10 s on AVX-
 (:meth:`asr.faster_whisper.FasterWhisperASR.transcribe_partial`). **Clips under 1.6 s** (a
 word or two) decode in the 10 s window (:data:`asr.window.SHORT_WINDOWS_MIN_AUDIO_S`): Piper's
 "Yes.", "Sure,", "No." (1.0-1.4 s framed in 0.3 s of silence) came back doubled ("Yes. Yes.") in
-a 5 or 6 s window padded with silence, 14 of 90 Piper and espeak clips of one to three words,
-and 0 of 90 in the 10 s window, padded with silence (WER 13.6 %) or zeros (15.4 %); the 5 s
+a 5 or 6 s window padded with silence, 10 and 11 of 90 Piper and espeak clips of one to three
+words, and 0 of 90 in the 10 s window, padded with silence (WER 13.6 %) or zeros (15.4 %); the 5 s
 window with zeros doubled 2 and rejected 15 (session 16, the same EPYC).
 
 **The window's room after the audio** is filled as faster-whisper's ``pad_or_trim`` fills

@@ -24,7 +24,7 @@ SHORT_WINDOWS = (5.0, 6.0, 8.0)
 SHORT_WINDOWS_MIN_ENCODER_MS = 120.0
 #: ... for clips at least this long, seconds; shorter ones decode in the largest window. A clip
 #: of one or two words in a 5 or 6 s window came back doubled ("Yes. Yes.", "Sure. Sure.", "No!
-#: No!": 14 of 90 Piper and espeak clips of 1.0-1.42 s, 0 in the 10 s window; 2-core Zen 1 EPYC)
+#: No!": 10 and 11 of 90 Piper and espeak clips, all 1.0-1.42 s; 0 in 10 s; 2-core Zen 1 EPYC)
 SHORT_WINDOWS_MIN_AUDIO_S = 1.6
 
 #: faster-whisper's silence guard: no-speech probability above this *and* ...
