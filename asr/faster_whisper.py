@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -197,8 +197,8 @@ class FasterWhisperASR:
         ``more`` (the pause's decode, :class:`asr.base.ASREngine`): when the fast path rejects
         ``audio`` and ``more()`` brings at least :data:`MORE_AUDIO_MIN_S` of the pause after it,
         that longer audio is decoded in the short window before the full window is asked; ``more()``
-        is also asked when the decode gets its turn and before the full window
-        (``DecodeUnwanted``: the speaker went on, the decode stops). The VAD's first silent
+        is also asked when the decode gets its turn, after each short-window encoder and before
+        the full window (``DecodeUnwanted``: the speaker went on, the decode stops). The VAD's first silent
         frame can come before the last word's soft ending ("make" in "What do bees make?"): cut
         there, the short window heard "What do these may?" (no-speech 0.61-0.73), and the full
         window took 1.3-1.5 s alone on a 2-core AVX2 EPYC. With 0.3 s of the pause added, 10 of
@@ -211,12 +211,12 @@ class FasterWhisperASR:
 
     def _transcribe(self, samples: NDArray[np.float32], more: MoreAudio | None) -> Transcription:
         t0 = time.monotonic_ns()
-        result = self.transcribe_window(samples)
+        result = self.transcribe_window(samples, wanted=more)
         if result is not None:
             return result
         later = self._more_audio(samples, more)
         if later is not None:
-            result = self.transcribe_window(later)
+            result = self.transcribe_window(later, wanted=more)
             if result is not None:
                 cut_s, total_ms = samples.shape[0] / self.sample_rate_hz, (time.monotonic_ns() - t0) / 1e6
                 log.info(
@@ -290,12 +290,18 @@ class FasterWhisperASR:
         return choose_window(audio_s, window.window_s, windows=self.windows)
 
     def transcribe_window(
-        self, audio: NDArray[np.float32], *, window_s: float | None = None
+        self,
+        audio: NDArray[np.float32],
+        *,
+        window_s: float | None = None,
+        wanted: Callable[[], object] | None = None,
     ) -> Transcription | None:
-        """The fast path alone: features padded to a short window, one ``generate``.
+        """The fast path alone: features padded to a short window, encoded, then decoded.
 
         The window is :meth:`choose_window`'s unless ``window_s`` forces one (a
         benchmark's choice: no margin is checked then, only that the audio fits).
+        ``wanted`` is asked after the encoder (:meth:`asr.fast_path.WindowDecoder.decode`):
+        it raises :class:`asr.base.DecodeUnwanted` to skip the decoder.
         None when the audio is longer than the window (or :attr:`window_max_s`), when
         the fast path is off, or when the decode is unusable (:func:`looks_degenerate`,
         low confidence); :meth:`transcribe` then decodes the full window.
@@ -313,11 +319,11 @@ class FasterWhisperASR:
         model = self._live_model()
         t0 = time.monotonic_ns()
         try:
-            text = window.decode(model, samples, audio_s, chosen)
+            text = window.decode(model, samples, audio_s, chosen, wanted=wanted)
             if text is None and window_s is None and chosen < window.window_s:
                 # a short window's decode the guards reject (mostly a loop): the largest
                 # window decodes it before the full 30 s one is asked
-                text = window.decode(model, samples, audio_s, window.window_s)
+                text = window.decode(model, samples, audio_s, window.window_s, wanted=wanted)
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"faster-whisper decode failed: {exc}", retryable=False) from exc
         if text is None:

@@ -257,8 +257,8 @@ class UtteranceTranscriber:
         box.append(self._speculation)
 
     def invalidate(self) -> None:
-        """Speech resumed: the speculation will not be used. Its thread runs to the end
-        (it cannot be interrupted) and the result is dropped."""
+        """Speech resumed: the speculation will not be used. Its thread stops at the engine's
+        next question (``more``: before its turn, after the encoder, before the full window)."""
         if self._speculation is not None:
             self._speculation.valid = False
 

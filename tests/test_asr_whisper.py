@@ -226,6 +226,66 @@ async def test_a_pause_decode_stops_before_the_full_window_once_the_speaker_went
     assert word_error_rate(f"{first} {rest}", final.text) <= 0.25, final.text
 
 
+class _Whisper:
+    """The CTranslate2 model of ``engine``, its ``encode`` held (after it ran) until ``go``
+    and its ``generate`` calls counted; everything else is the real model's."""
+
+    def __init__(self, engine: FasterWhisperASR) -> None:
+        self.faster = engine._live_model()
+        self.ct2 = self.faster.model
+        self.encoded, self.go = threading.Event(), threading.Event()
+        self.generated = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ct2, name)
+
+    def encode(self, *args: Any, **kw: Any) -> Any:
+        out = self.ct2.encode(*args, **kw)
+        self.encoded.set()
+        assert self.go.wait(10)
+        return out
+
+    def generate(self, *args: Any, **kw: Any) -> Any:
+        self.generated += 1
+        return self.ct2.generate(*args, **kw)
+
+
+async def test_a_pause_decode_stops_after_the_encoder_once_the_speaker_went_on(
+    fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Speech resumed while a pause's decode was in the encoder: the decoder (the larger part
+    of a short decode on a 2-core AVX2 EPYC, token by token) does not run, so the decode at
+    the next pause, which waits for the model, starts sooner."""
+    reference = "Can you recommend a good book?"
+    speech = concat(silence(0.15), espeak(reference, voice="en-gb+m1"), silence(0.2))
+    whisper = _Whisper(fw_asr)
+    faster = whisper.faster
+
+    class Model:
+        model = whisper
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(faster, name)
+
+    monkeypatch.setattr(fw_asr, "_model", Model())
+    transcriber = UtteranceTranscriber(fw_asr, ASRConfig(partial_interval_ms=0))
+    try:
+        transcriber.start(speech[:RATE])
+        transcriber.speculate()
+        assert await asyncio.to_thread(whisper.encoded.wait, 10)  # in the encoder
+        transcriber.invalidate()  # the speaker went on
+        transcriber.append(speech[RATE:])
+        whisper.go.set()
+        assert await transcriber.speculative() is None
+        assert whisper.generated == 0  # stopped before the decoder
+        transcriber.speculate()  # the real end
+        final = await transcriber.final()
+    finally:
+        await transcriber.aclose()
+    assert whisper.generated == 1
+    assert final.speculative and word_error_rate(reference, final.text) <= 0.25, final.text
+
+
 async def test_a_pause_decode_that_waited_behind_another_is_dropped_before_it_runs(
     fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -634,9 +694,9 @@ def test_short_clip_decodes_in_a_short_window(
     tried: list[float] = []
     decode = asr.fast_path.WindowDecoder.decode
 
-    def spy(self: Any, model: Any, samples: Any, audio_s: float, window_s: float) -> str | None:
+    def spy(self: Any, model: Any, samples: Any, audio_s: float, window_s: float, **kw: Any) -> str | None:
         tried.append(window_s)
-        return decode(self, model, samples, audio_s, window_s)
+        return decode(self, model, samples, audio_s, window_s, **kw)
 
     monkeypatch.setattr(asr.fast_path.WindowDecoder, "decode", spy)
     result = short_windows.transcribe_window(audio)
@@ -655,10 +715,12 @@ def test_rejected_short_window_is_decoded_in_the_largest_window(
     tried: list[float] = []
     decode = asr.fast_path.WindowDecoder.decode
 
-    def only_the_largest(self: Any, model: Any, samples: Any, audio_s: float, window_s: float) -> str | None:
+    def only_the_largest(
+        self: Any, model: Any, samples: Any, audio_s: float, window_s: float, **kw: Any
+    ) -> str | None:
         tried.append(window_s)
         # as a loop the guards caught: the short window's decode is rejected
-        return decode(self, model, samples, audio_s, window_s) if window_s >= 10.0 else None
+        return decode(self, model, samples, audio_s, window_s, **kw) if window_s >= 10.0 else None
 
     monkeypatch.setattr(asr.fast_path.WindowDecoder, "decode", only_the_largest)
     result = short_windows.transcribe_window(audio)
