@@ -44,6 +44,7 @@ from llm.base import (
     ToolOffer,
 )
 from tts.base import HeadFirst
+from vad.base import ModelStopped, StopSignal
 from voice_pipeline.conversation.session import Session
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import EngineError
@@ -191,7 +192,9 @@ class FakeASR:
 
 
 class FakeTurnModel:
-    """P(complete) = ``p`` for any audio (or raises ``error``); records the audio lengths."""
+    """P(complete) = ``p`` for any audio (or raises ``error``); records the audio lengths.
+    With ``hold`` set, each call runs until ``hold`` is set or its stop signal stops it
+    (``stopped`` counts those)."""
 
     def __init__(self, p: float = 0.9) -> None:
         self.sample_rate_hz = RATE
@@ -199,14 +202,26 @@ class FakeTurnModel:
         self.error: Exception | None = None
         self.audio_s: list[float] = []
         self.closed = False
+        self.hold: threading.Event | None = None
+        self.stopped = 0
         self._lock = threading.Lock()
 
-    def p_complete(self, audio: NDArray[np.float32]) -> float:
+    def p_complete(self, audio: NDArray[np.float32], *, stop: StopSignal | None = None) -> float:
         with self._lock:
             self.audio_s.append(audio.size / RATE)
             if self.error is not None:
                 raise self.error
-            return self.p
+        if self.hold is not None:
+            done = threading.Event()
+            if stop is not None:
+                stop.on_stop(done.set)
+            while not (done.wait(0.005) or self.hold.is_set()):
+                pass
+            if stop is not None and stop.stopped:
+                with self._lock:
+                    self.stopped += 1
+                raise ModelStopped("fake turn model stopped")
+        return self.p
 
     def close(self) -> None:
         self.closed = True

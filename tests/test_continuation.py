@@ -7,7 +7,9 @@ returns ``asr.text`` for any audio (and records how much audio each decode had).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 
 import pytest
 from fakes import RATE, Fakes, FakeTurnModel
@@ -403,6 +405,36 @@ async def test_the_turn_model_runs_where_the_machine_chose(
         else:  # neutral words, an unfinished sound: the long wait, its verdict recorded
             assert eot.rule == "incomplete" and eot.p_complete == pytest.approx(0.2)
     finally:
+        await h.session.aclose()
+
+
+async def test_a_turn_model_started_at_a_pause_stops_when_the_speaker_goes_on() -> None:
+    """On AVX2 the model starts at the pause, beside the decode (``early``). When the speaker
+    goes on, its verdict is void and its thread stops: run to the end, it took a core from the
+    decode of the next pause (a 2-core AVX2 EPYC: 300-400 ms each)."""
+    fakes = Fakes(turn=FakeTurnModel(p=0.9), tuning=tuned_for("avx avx2 fma"))
+    turn = fakes.turn
+    assert turn is not None
+    turn.hold = threading.Event()  # the model is slow: still running when speech resumes
+    fakes.asr.text = "what is the answer"
+    h = make_harness(base_config(), fakes)
+    try:
+        await h.driver.speak(0.6)
+        await h.driver.quiet(0.1)  # a pause: the model starts beside the decode
+        assert len(turn.audio_s) == 1 and turn.stopped == 0
+        await h.driver.speak(0.6)  # the speaker went on
+        for _ in range(500):
+            if turn.stopped:
+                break
+            await asyncio.sleep(0.01)
+        assert turn.stopped == 1
+        turn.hold.set()
+        await h.driver.quiet_until(lambda: h.completed(1))
+        assert len(turn.audio_s) == 2  # the real end's
+        eot = h.record(1).end_of_turn
+        assert eot is not None and eot.p_complete == pytest.approx(0.9)
+    finally:
+        turn.hold.set()
         await h.session.aclose()
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from speech import espeak
 
-from vad.base import TurnModel
+from vad.base import ModelStopped, StopSignal, TurnModel
 from vad.smart_turn import FRAMES, N_MELS, WINDOW_SAMPLES, SmartTurn, TurnFeatures, window_audio
 from voice_pipeline.bench.paused import find_gaps
 from voice_pipeline.errors import AudioInputError, EngineError, ModelError
@@ -89,3 +92,24 @@ def test_a_bad_model_file_is_a_clear_error(tmp_path: Path, model_paths: ModelPat
     closed.close()  # idempotent
     with pytest.raises(EngineError):
         closed.p_complete(np.zeros(RATE, np.float32))
+
+
+def test_a_stopped_verdict_stops_the_model_and_the_next_one_runs(smart_turn: TurnModel) -> None:
+    """Speech resumed: the session stops the void verdict's run (onnxruntime's terminate flag),
+    before it began or while it runs; the shared model then answers the next pause as before."""
+    audio = espeak("What is the capital of France?", voice="en-us+m3")
+    p = smart_turn.p_complete(audio)
+    assert smart_turn.p_complete(audio, stop=StopSignal()) == pytest.approx(p)  # never stopped
+    before = StopSignal()
+    before.stop()
+    with pytest.raises(ModelStopped):
+        smart_turn.p_complete(audio, stop=before)
+
+    class StoppedWhileItRuns(StopSignal):
+        def on_stop(self, hook: Callable[[], None]) -> None:
+            super().on_stop(hook)
+            threading.Thread(target=lambda: (time.sleep(0.02), self.stop())).start()
+
+    with pytest.raises(ModelStopped):
+        smart_turn.p_complete(audio, stop=StoppedWhileItRuns())
+    assert smart_turn.p_complete(audio) == pytest.approx(p)

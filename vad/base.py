@@ -8,6 +8,8 @@ pure :class:`vad.endpointer.Endpointer`, not of the engine.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -41,6 +43,43 @@ class VAD(Protocol):
     def close(self) -> None: ...
 
 
+class ModelStopped(Exception):
+    """A blocking model call was stopped by its :class:`StopSignal`."""
+
+
+class StopSignal:
+    """Stops a blocking model call in a worker thread from another thread (thread-safe).
+
+    The caller keeps it and calls :meth:`stop` (a cancelled wait does not stop a thread);
+    the engine says how it stops (:meth:`on_stop`) and raises :class:`ModelStopped`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._hooks: list[Callable[[], None]] = []
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            hook()
+
+    def on_stop(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` (from the thread that stops) on :meth:`stop`; at once if stopped."""
+        with self._lock:
+            if not self._stopped:
+                self._hooks.append(hook)
+                return
+        hook()
+
+
 class TurnModel(Protocol):
     """An audio turn-completion model (``SmartTurn``): does the utterance sound finished?
 
@@ -49,8 +88,11 @@ class TurnModel(Protocol):
 
     sample_rate_hz: int
 
-    def p_complete(self, audio: NDArray[np.float32]) -> float:
-        """P(complete) in [0, 1] of the utterance ``audio`` (mono float32 at ``sample_rate_hz``)."""
+    def p_complete(self, audio: NDArray[np.float32], *, stop: StopSignal | None = None) -> float:
+        """P(complete) in [0, 1] of the utterance ``audio`` (mono float32 at ``sample_rate_hz``).
+
+        Raises :class:`ModelStopped` once ``stop`` is stopped (speech resumed: the verdict
+        is void, and the model would take a core from the decode of the next pause)."""
         ...
 
     def close(self) -> None: ...

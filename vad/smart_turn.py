@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from vad.base import ModelStopped, StopSignal
 from voice_pipeline.errors import AudioInputError, ClosedError, EngineError, MissingPackageError, ModelError
 
 SAMPLE_RATE_HZ = 16000
@@ -129,18 +130,29 @@ class SmartTurn:
                 f"{model_path} is not a Smart Turn v3 model (input {[(i.name, i.shape) for i in inputs]})"
             )
         self._input = inputs[0].name
+        self._ort: Any = ort
         self._features = TurnFeatures()
         self._path = model_path
 
-    def p_complete(self, audio: NDArray[np.float32]) -> float:
-        """P(the utterance is complete) from its last 8 s. Blocking: call from a worker thread."""
+    def p_complete(self, audio: NDArray[np.float32], *, stop: StopSignal | None = None) -> float:
+        """P(the utterance is complete) from its last 8 s. Blocking: call from a worker thread.
+
+        ``stop`` ends the run within a few ms (onnxruntime's ``RunOptions.terminate``, checked
+        between the graph's nodes), where a whole run takes 260-420 ms on a 2-core AVX2 EPYC."""
         session = self._session
         if session is None:
             raise ClosedError("SmartTurn")
+        if stop is not None and stop.stopped:
+            raise ModelStopped("turn model stopped before it ran")
         features = self._features(audio)
+        options = self._ort.RunOptions()
+        if stop is not None:
+            stop.on_stop(lambda: setattr(options, "terminate", True))
         try:
-            out = session.run(None, {self._input: features})
+            out = session.run(None, {self._input: features}, options)
         except Exception as exc:
+            if stop is not None and stop.stopped:
+                raise ModelStopped("turn model stopped") from exc
             raise EngineError(f"turn model failed: {exc}", retryable=False) from exc
         p = float(np.asarray(out[0]).reshape(-1)[0])
         if not np.isfinite(p):

@@ -7,15 +7,13 @@ A thin asyncio adapter; it decides nothing. The session creates one per user tur
   ``Seal`` stops it), so a continued turn has all its audio, pauses included;
 * ``speculate(speech_end)`` -- a pause began: the speculative final ASR decode and the
   turn model run in worker threads -- the model once the words are in (``turn.model_start:
-  words``, what ``auto`` chooses on AVX-512), its verdict used only when the words are neutral
-  (they decide the rest); or computed at once, beside the decode, and used the same way
-  (``early``, chosen on AVX2 while the machine has room: there the words come too late for
-  a model started after them); or at once and used whatever the words (``pause``);
-  each reports what it found with ``on_evidence``
-  (the words' :class:`~vad.end_of_turn.Cue`, or P(complete), or that the model failed
-  or was not needed), tagged with the pause, and when it came back (``evidence_at``);
-* ``stop_speculating()`` -- speech resumed: the decode is void, the tasks and any
-  prefetch are dropped;
+  words``, ``auto`` on AVX-512), its verdict used only when the words are neutral; or at
+  once, beside the decode, used the same way (``early``: ``auto`` on AVX2 while the machine
+  has room); or at once and used whatever the words (``pause``); each reports what it found
+  (``on_evidence``: the words' :class:`~vad.end_of_turn.Cue`, or P(complete), or that the
+  model failed or was not needed), tagged with the pause, and when (``evidence_at``);
+* ``stop_speculating()`` -- speech resumed: the decode is void, the tasks (their threads
+  too) and any prefetch are dropped;
 * ``prefetch(request)`` -- the speculative reply (:mod:`voice_pipeline.conversation.speculation`):
   start the LLM on the speculative transcript while the pause runs and, with
   ``dialogue.speculative_audio``, synthesize its first chunk and hold it -- if the
@@ -47,7 +45,7 @@ from asr.streaming import PartialTranscript, UtteranceTranscriber
 from llm.base import LLM, ChatMessage
 from tts.base import TTS
 from tts.chunker import ClauseChunker
-from vad.base import TurnModel
+from vad.base import StopSignal, TurnModel
 from vad.end_of_turn import Cue, EndOfTurnPolicy, transcript_cue
 from voice_pipeline.config import ASRConfig, TurnConfig
 from voice_pipeline.conversation.clause_audio import synthesize_clause
@@ -186,9 +184,8 @@ class Utterance:
             then = audio
         elif start == "early":  # computed now, beside the decode; used as with "words"
             then = asyncio.ensure_future(self._verdict(audio))
-        self._evidence = [self._spawn(self._words(speech_end, then), f"words-{self.turn_id}")]
-        if isinstance(then, asyncio.Task):
-            self._evidence.append(then)  # dropped with the rest
+        words = self._spawn(self._words(speech_end, then), f"words-{self.turn_id}")
+        self._evidence = [words, then] if isinstance(then, asyncio.Task) else [words]  # dropped together
         if start == "pause":
             self._evidence.append(self._spawn(self._sound(speech_end, audio), f"turn-model-{self.turn_id}"))
 
@@ -240,17 +237,22 @@ class Utterance:
         self._report(speech_end, await self._verdict(audio))
 
     async def _verdict(self, audio: NDArray[np.float32]) -> _Verdict:
-        """The turn model on ``audio``, in a worker thread: (P(complete), start, end), or None
-        if it failed (logged: the turn is decided without it)."""
+        """The turn model on ``audio`` in a thread: (P(complete), start, end), None if it failed
+        (logged). Cancelled, the thread stops too: a void verdict run to the end took a core
+        from the next pause's decode (a 2-core AVX2 EPYC: 300-400 ms)."""
         model = self._engines.turn
         assert model is not None
+        stop = StopSignal()
 
         def run() -> tuple[float, int, int]:
             start = self._clock()
-            return model.p_complete(audio), start, self._clock()
+            return model.p_complete(audio, stop=stop), start, self._clock()
 
         try:
             return await asyncio.to_thread(run)
+        except asyncio.CancelledError:
+            stop.stop()
+            raise
         except Exception:
             log.warning("turn %d: the turn model failed; deciding without it", self.turn_id, exc_info=True)
             return None
@@ -267,8 +269,7 @@ class Utterance:
     # ------------------------------------------------------------ LLM prefetch
 
     def prefetch(self, request: Callable[[str], list[ChatMessage]], history_version: int, tag: str) -> None:
-        """Start the speculative reply on the speculative transcript (``request(text)``: its
-        messages), if the machine has room for one more."""
+        """Start the speculative reply (``request(text)``: its messages) if there is room."""
         self.drop_prefetch()
         if not self._engines.speculation.try_acquire():
             self.speculation.skipped += 1
@@ -281,8 +282,7 @@ class Utterance:
         )
 
     @property
-    def prefetching(self) -> bool:
-        """An LLM request on the speculative transcript is running."""
+    def prefetching(self) -> bool:  # an LLM request on the speculative transcript is running
         return self._prefetch is not None and not self._prefetch.done()
 
     def drop_prefetch(self) -> None:
