@@ -29,7 +29,10 @@ modes interleaved question by question so that load on the machine hits both ali
   (``turn.model_start: words``), not beside the decode;
 * ``no-partials`` -- the defaults, but no partial transcripts (``asr.partial_interval_ms: 0``):
   no partial decode is on the engine when the pause's decode starts;
-* ``lean`` -- ``model-words`` and ``no-partials`` together.
+* ``lean`` -- ``model-words`` and ``no-partials`` together;
+* ``void-runs`` -- the defaults, but work made void by speech that resumed runs to its end
+  (as until 2026-12-05): the turn model is not stopped (:class:`vad.base.StopSignal`) and a
+  Whisper decode goes on from its encoder to its decoder.
 
 Per mode: voice-to-voice p50/p95 (ledger; it agrees with the wire within a frame),
 endpointing p50, when the words came back (p50, after the end of speech), how often the
@@ -59,8 +62,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from speech import espeak
 
 from asr import build_asr
+from asr.fast_path import WindowDecoder
 from tts import build_tts
 from tts.chunker import ClauseChunker
+from vad.base import StopSignal
 from voice_pipeline.bench.paused import COMPLETE_QUESTIONS
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.cpu import this_cpu
@@ -90,6 +95,25 @@ def mode_config(base: Config, mode: str) -> Config:
     if mode == "whole-first":
         return dataclasses.replace(base, tts=dataclasses.replace(base.tts, head_first=False))
     return base
+
+
+@contextlib.contextmanager
+def void_runs(on: bool) -> Iterator[None]:
+    """Void work runs to its end (``void-runs``): no stop signal, no question after the encoder."""
+    if not on:
+        yield
+        return
+    stop, decode = StopSignal.stop, WindowDecoder.decode
+
+    def decode_to_the_end(self: WindowDecoder, *args: Any, wanted: object = None) -> str | None:
+        return decode(self, *args)
+
+    StopSignal.stop = lambda self: None  # type: ignore[method-assign]
+    WindowDecoder.decode = decode_to_the_end  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        StopSignal.stop, WindowDecoder.decode = stop, decode  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -179,7 +203,7 @@ async def main() -> None:
                         eng = dataclasses.replace(engines, asr=asr_long)
                     elif mode == "file-graph":
                         eng = dataclasses.replace(engines, tts=tts_file_graph)
-                    with guessing(mode != "no-guess"):
+                    with guessing(mode != "no-guess"), void_runs(mode == "void-runs"):
                         rec = await one(eng, mode_config(base, mode), audio)
                     if rec is None:
                         print(f"[{mode}] {voice} no turn for {q!r}", flush=True)
