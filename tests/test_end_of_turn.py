@@ -125,6 +125,23 @@ def test_patience_lengthens_the_short_and_medium_waits_up_to_the_long_one() -> N
     assert very.waits(Evidence(Cue.INCOMPLETE, None)) == (2000, 0, Rule.INCOMPLETE)
 
 
+def test_neutral_words_wait_longer_for_a_verdict_on_its_way_and_nothing_else_does() -> None:
+    policy = EndOfTurnPolicy(250, 500, 2000, verdict_silence_ms=900)
+    # the verdict comes after the words on a slow CPU: the statement waits for it, not past 900 ms
+    assert policy.wait(Evidence(Cue.NEUTRAL, None)) == (900, Rule.NO_VERDICT)
+    assert policy.wait(Evidence(Cue.NEUTRAL, 0.9)) == (250, Rule.COMPLETE)  # back: as before
+    assert policy.wait(Evidence(Cue.NEUTRAL, 0.1)) == (2000, Rule.INCOMPLETE)
+    # no words yet, or a question mark, or a model that failed: the waits of before
+    assert policy.wait(Evidence(None, None)) == (500, Rule.NO_VERDICT)
+    assert policy.wait(Evidence(Cue.COMPLETE, None)) == (500, Rule.NO_VERDICT)
+    assert policy.wait(Evidence(Cue.NEUTRAL, None, sound=False)) == (250, Rule.COMPLETE)
+    # never past the long wait, with patience too; unset, it is the medium wait
+    assert dataclasses.replace(policy, patience_ms=1500).waits(Evidence(Cue.NEUTRAL, None)) == (
+        2000, 1100, Rule.NO_VERDICT,
+    )  # fmt: skip
+    assert EndOfTurnPolicy(250, 500, 2000).wait(Evidence(Cue.NEUTRAL, None)) == (500, Rule.NO_VERDICT)
+
+
 def test_complete_utterances_are_no_slower_than_silence_alone() -> None:
     for words in (Words.COMPLETE, Words.NEUTRAL):
         assert WAITS[(words, Sound.COMPLETE)][0] is Wait.SHORT

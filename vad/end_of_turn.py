@@ -17,7 +17,7 @@ table :data:`WAITS`, one row per combination):
 words \\ sound            complete         incomplete       not back yet     no model
 ========================  ===============  ===============  ===============  ===============
 complete ("...?")         short            medium (unsure)  medium (wait)    short
-neutral                   short            long             medium (wait)    short
+neutral                   short            long             verdict (wait)   short
 incomplete ("... for")    long             long             long             long
 not back yet              medium (wait)    long             medium (wait)    medium (wait)
 ========================  ===============  ===============  ===============  ===============
@@ -26,6 +26,10 @@ not back yet              medium (wait)    long             medium (wait)    med
   silence alone, so complete questions get no slower;
 * *medium* = ``turn.unsure_silence_ms``: the evidence disagrees, or has not come back
   yet (a loaded machine) -- the turn ends there with what is known;
+* *verdict* = ``turn.verdict_silence_ms``: neutral words, the model's verdict on its way;
+  where the model runs after the words (or beside a slow decode) its verdict comes after
+  the medium wait on a slow CPU, and ending there would take its say from it exactly on
+  the statements it is for (a 2-core AVX2 EPYC: words ~300-450 ms, the model ~300 ms more);
 * *long* = ``turn.incomplete_silence_ms``: the utterance is unfinished; the turn
   still ends after that much silence (a speaker who trails off gets an answer).
 
@@ -76,6 +80,7 @@ class Wait(enum.Enum):
     SHORT = enum.auto()
     MEDIUM = enum.auto()
     LONG = enum.auto()
+    VERDICT = enum.auto()  # the medium wait, or longer for a verdict on its way
 
 
 class Sound(enum.Enum):
@@ -103,7 +108,7 @@ WAITS: dict[tuple[Words, Sound], tuple[Wait, Rule]] = {
     (_W.COMPLETE, _S.OFF): (Wait.SHORT, Rule.COMPLETE),
     (_W.NEUTRAL, _S.COMPLETE): (Wait.SHORT, Rule.COMPLETE),
     (_W.NEUTRAL, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
-    (_W.NEUTRAL, _S.PENDING): (Wait.MEDIUM, Rule.NO_VERDICT),
+    (_W.NEUTRAL, _S.PENDING): (Wait.VERDICT, Rule.NO_VERDICT),
     (_W.NEUTRAL, _S.OFF): (Wait.SHORT, Rule.COMPLETE),
     (_W.INCOMPLETE, _S.COMPLETE): (Wait.LONG, Rule.INCOMPLETE),
     (_W.INCOMPLETE, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
@@ -140,6 +145,8 @@ class EndOfTurnPolicy:
     #: added to the short and medium waits (up to the long one): this speaker was seen to
     #: go on after an end of turn (:class:`voice_pipeline.turntaking.ending.Patience`)
     patience_ms: int = 0
+    #: the wait for the model's verdict after neutral words (None: the medium wait)
+    verdict_silence_ms: int | None = None
 
     def wait(self, evidence: Evidence) -> tuple[int, Rule]:
         """The silence (ms) after which the turn ends, and the rule that ends it."""
@@ -152,7 +159,9 @@ class EndOfTurnPolicy:
         kind, rule = WAITS[(self._words(evidence.cue), sound)]
         if kind is Wait.LONG:
             return self.incomplete_silence_ms, 0, rule
-        ms = self.short_silence_ms if kind is Wait.SHORT else self.unsure_silence_ms
+        ms = {Wait.SHORT: self.short_silence_ms, Wait.MEDIUM: self.unsure_silence_ms}.get(
+            kind, max(self.unsure_silence_ms, self.verdict_silence_ms or 0)
+        )
         longest = self.incomplete_silence_ms
         return min(ms + self.patience_ms, longest), min(self.patience_ms, max(longest - ms, 0)), rule
 
