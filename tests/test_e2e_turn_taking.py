@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -253,3 +254,40 @@ async def test_a_reply_started_but_not_heard_is_dropped_and_the_turn_merged(
     assert [m.content for m in res.history if m.role == "user"] == [rec.user_text]
     assert not rec.interrupted and rec.assistant_text
     assert engines.llm.unfinished_requests() == 0
+
+
+async def test_a_late_verdict_still_decides_a_statement_within_the_verdict_wait(
+    engines: Engines, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine too slow for the turn model to answer within the medium wait (a delay
+    injected into each call): after neutral words the turn waits for the verdict on its way
+    (``turn.verdict_silence_ms``), and the model decides; with that wait no longer than the
+    medium one (as before), the same statement ends by ``no_verdict`` without the model."""
+    model = engines.turn
+    assert model is not None
+    delay_s = (config.turn.unsure_silence_ms + 200) / 1000  # past the medium wait, wherever it starts
+    real = model.p_complete
+
+    def slowed(audio: np.ndarray, *, stop: object = None) -> float:
+        time.sleep(delay_s)
+        return real(audio, stop=stop)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(model, "p_complete", slowed)
+    statement = espeak("I would like to book a table for two people tonight.", voice="en-gb+m1")
+    short = dataclasses.replace(config.llm, max_tokens=24)
+    outcomes = {}
+    for verdict_ms in (config.turn.incomplete_silence_ms, config.turn.unsure_silence_ms):
+        turn = dataclasses.replace(config.turn, verdict_silence_ms=verdict_ms)
+        res = await speak(engines, dataclasses.replace(config, llm=short, turn=turn), statement)
+        turns = [r for r in res.records if r.user_text]
+        assert len(turns) == 1 and turns[0].assistant_text, [r.user_text for r in res.records]
+        assert "table" in normalize(turns[0].user_text)
+        eot = turns[0].end_of_turn
+        assert eot is not None
+        print(f"verdict wait {verdict_ms} ms: {eot.as_dict()}")
+        outcomes[verdict_ms] = eot
+    waited = outcomes[config.turn.incomplete_silence_ms]
+    assert waited.p_complete is not None and waited.rule in ("complete", "incomplete")
+    assert waited.silence_ms > config.turn.unsure_silence_ms  # it waited past the medium wait
+    before = outcomes[config.turn.unsure_silence_ms]
+    assert before.rule == "no_verdict" and before.p_complete is None
