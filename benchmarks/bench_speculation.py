@@ -30,6 +30,8 @@ modes interleaved question by question so that load on the machine hits both ali
 * ``no-partials`` -- the defaults, but no partial transcripts (``asr.partial_interval_ms: 0``):
   no partial decode is on the engine when the pause's decode starts;
 * ``lean`` -- ``model-words`` and ``no-partials`` together;
+* ``noverdict`` -- the defaults, but no longer wait after neutral words for a turn model's
+  verdict on its way (``turn.verdict_silence_ms`` = ``unsure_silence_ms``, as until 2026-12-05);
 * ``void-runs`` -- the defaults, but work made void by speech that resumed runs to its end
   (as until 2026-12-05): the turn model is not stopped (:class:`vad.base.StopSignal`) and a
   Whisper decode goes on from its encoder to its decoder.
@@ -92,6 +94,9 @@ def mode_config(base: Config, mode: str) -> Config:
         base = dataclasses.replace(base, turn=dataclasses.replace(base.turn, model_start="words"))
     if mode in ("no-partials", "lean"):
         base = dataclasses.replace(base, asr=dataclasses.replace(base.asr, partial_interval_ms=0))
+    if mode == "noverdict":
+        turn = dataclasses.replace(base.turn, verdict_silence_ms=base.turn.unsure_silence_ms)
+        return dataclasses.replace(base, turn=turn)
     if mode == "whole-first":
         return dataclasses.replace(base, tts=dataclasses.replace(base.tts, head_first=False))
     return base

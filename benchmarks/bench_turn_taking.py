@@ -9,7 +9,9 @@ complete question without one; each goes through the real pipeline (Silero, Whis
 the turn model, vLLM, Piper) in its own session, in real time, as from a microphone.
 Modes: ``old`` = the end of a turn decided by silence alone and no continuation (the
 behaviour before the semantic policy), ``new`` = the defaults, ``nopatience`` = the
-defaults with ``turn.patience_ms: 0`` (a continued speaker's waits do not grow).
+defaults with ``turn.patience_ms: 0`` (a continued speaker's waits do not grow),
+``noverdict`` = the defaults with no longer wait for a turn model's verdict on its way
+after neutral words (``turn.verdict_silence_ms`` = ``unsure_silence_ms``).
 
 ``--conversation``: one session per voice and pause hears all the paused sentences one
 after another, each followed by ``--reply-gap`` seconds for its (short: 24 tokens at most)
@@ -81,6 +83,9 @@ def mode_config(base: Config, mode: str) -> Config:
         )
     if mode == "nopatience":
         return dataclasses.replace(base, turn=dataclasses.replace(base.turn, patience_ms=0))
+    if mode == "noverdict":
+        turn = dataclasses.replace(base.turn, verdict_silence_ms=base.turn.unsure_silence_ms)
+        return dataclasses.replace(base, turn=turn)
     return base
 
 
