@@ -651,7 +651,9 @@ def test_a_phrase_said_again_and_again_in_a_short_window_is_heard_once(
     audio = concat(silence(0.15), speech, silence(0.3))
     result = short_windows.transcribe_window(audio, window_s=5.0)  # forced: no retry in 10 s
     assert result is not None, "rejected"
-    assert word_error_rate(reference, result.text) <= 0.25, result.text
+    # once: at most one word misheard, even split in two ("octopuses" -> "Okap uses" on the
+    # AVX-512 BF16 EPYC), and no sentence said again
+    assert word_error_rate(reference, result.text) * len(reference.split()) <= 2, result.text
     assert len(result.words) <= len(reference.split()) + 1, result.text
 
 

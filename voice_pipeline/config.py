@@ -74,21 +74,16 @@ class TurnConfig:
     #: question mark ends the turn after the short wait); "pause" = at the first silent
     #: frame, beside the speculative decode, its verdict used whatever the words; "early" =
     #: computed at the first silent frame, used as with "words" (only after neutral words).
-    #: At the pause only while the machine has room for speculation, else as "words". On 2
-    #: cores the model's 130 ms slows the decode or the LLM beside it (README "Turn-taking");
-    #: "auto" = chosen for the CPU (voice_pipeline/tuning.py: "early" on AVX2, where the
-    #: words come too late for the model after them, "words" on AVX-512)
+    #: At the pause only while the machine has room for speculation, else as "words". "auto" =
+    #: chosen for the CPU (voice_pipeline/tuning.py: "early" on AVX2, "words" on AVX-512)
     model_start: Literal["auto", "words", "early", "pause"] = "auto"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
     #: the wait when words and sound disagree (a question mark, an unfinished sound), or the
     #: evidence is not back yet; continuation catches a speaker who goes on after it
     unsure_silence_ms: int = 500
-    #: the wait after neutral words while the turn model's verdict is on its way (it runs
-    #: after the words, or beside the decode): at most this much silence, then the turn ends
-    #: without it. On a 2-core Zen 1 EPYC (AVX2) the verdict came ~500-750 ms into the pause
-    #: (traced 2026-12-05), after the medium wait: ending there took its say from it on the
-    #: statements it is for. Questions ("?") and turns without a model keep the medium wait
+    #: after neutral words, the longest wait for the turn model's verdict on its way (a Zen 1
+    #: EPYC's came ~500-750 ms into the pause); "?" and turns without a model: the medium wait
     verdict_silence_ms: int = 900
     #: the longest wait, for an utterance that sounds or reads unfinished; the turn ends
     #: after this much silence anyway
@@ -366,10 +361,8 @@ def validate(cfg: Config) -> None:
     if v.max_turn_s < 0 or 0 < v.max_turn_s < 1:
         raise ConfigError("vad.max_turn_s: must be 0 (no limit) or at least 1")
     t = cfg.turn
-    if not v.end_silence_ms <= t.unsure_silence_ms <= t.incomplete_silence_ms:
-        raise ConfigError("turn: need vad.end_silence_ms <= unsure_silence_ms <= incomplete_silence_ms")
-    if not t.unsure_silence_ms <= t.verdict_silence_ms <= t.incomplete_silence_ms:
-        raise ConfigError("turn: need unsure_silence_ms <= verdict_silence_ms <= incomplete_silence_ms")
+    if not v.end_silence_ms <= t.unsure_silence_ms <= t.verdict_silence_ms <= t.incomplete_silence_ms:
+        raise ConfigError("turn: need vad.end_silence_ms <= unsure_, verdict_, incomplete_silence_ms")
     if not 0.0 < t.complete_threshold < 1.0 or t.model_threads < 1 or t.continuation_grace_ms < 0:
         raise ConfigError(
             "turn: need 0 < complete_threshold < 1, model_threads >= 1, continuation_grace_ms >= 0"
