@@ -159,9 +159,9 @@ class EndOfTurnPolicy:
         kind, rule = WAITS[(self._words(evidence.cue), sound)]
         if kind is Wait.LONG:
             return self.incomplete_silence_ms, 0, rule
-        ms = {Wait.SHORT: self.short_silence_ms, Wait.MEDIUM: self.unsure_silence_ms}.get(
-            kind, max(self.unsure_silence_ms, self.verdict_silence_ms or 0)
-        )
+        ms = self.short_silence_ms if kind is Wait.SHORT else self.unsure_silence_ms
+        if kind is Wait.VERDICT:  # never shorter than the medium wait (nor past the long one)
+            ms = max(ms, self.verdict_silence_ms or 0)
         longest = self.incomplete_silence_ms
         return min(ms + self.patience_ms, longest), min(self.patience_ms, max(longest - ms, 0)), rule
 

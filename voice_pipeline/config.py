@@ -83,7 +83,7 @@ class TurnConfig:
     #: evidence is not back yet; continuation catches a speaker who goes on after it
     unsure_silence_ms: int = 500
     #: after neutral words, the longest wait for the turn model's verdict on its way (a Zen 1
-    #: EPYC's came ~500-750 ms into the pause); "?" and turns without a model: the medium wait
+    #: EPYC's came ~500-750 ms into the pause), kept between the medium and the long wait
     verdict_silence_ms: int = 900
     #: the longest wait, for an utterance that sounds or reads unfinished; the turn ends
     #: after this much silence anyway
@@ -361,8 +361,8 @@ def validate(cfg: Config) -> None:
     if v.max_turn_s < 0 or 0 < v.max_turn_s < 1:
         raise ConfigError("vad.max_turn_s: must be 0 (no limit) or at least 1")
     t = cfg.turn
-    if not v.end_silence_ms <= t.unsure_silence_ms <= t.verdict_silence_ms <= t.incomplete_silence_ms:
-        raise ConfigError("turn: need vad.end_silence_ms <= unsure_, verdict_, incomplete_silence_ms")
+    if not v.end_silence_ms <= t.unsure_silence_ms <= t.incomplete_silence_ms:
+        raise ConfigError("turn: need vad.end_silence_ms <= unsure_silence_ms <= incomplete_silence_ms")
     if not 0.0 < t.complete_threshold < 1.0 or t.model_threads < 1 or t.continuation_grace_ms < 0:
         raise ConfigError(
             "turn: need 0 < complete_threshold < 1, model_threads >= 1, continuation_grace_ms >= 0"
