@@ -59,6 +59,7 @@ def full_record(turn_id: int = 3, origin_ns: int = 0) -> TurnRecord:
             Rule.UNSURE, 612.34, 600.0, 0.4567, Cue.COMPLETE, 80.04, 120.06, 33.33, patience_ms=350.0
         ),
         continuations=1,
+        first_audio_held_ms=96.0,
         discarded_tokens=9,
         discarded_audio_s=0.7505,
         llm_prompt_tokens=321,

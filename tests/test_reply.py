@@ -65,6 +65,31 @@ async def test_sends_as_it_is_added() -> None:
     assert np.array_equal(heard(transport), ramp(0, 500))
 
 
+async def test_a_held_reply_sends_nothing_and_is_not_started_until_let_go() -> None:
+    """A voice that may be the user going on holds the first audio (HoldReply): nothing
+    reaches the listener and the reply is not audible; let go, all of it goes at once."""
+    clock = FakeClock()
+    transport = RecordingTransport(clock, output_rate_hz=RATE)
+    listener, started = Listener(), []
+    on_started = lambda: started.append(1)  # noqa: E731
+    speaker = ReplySpeaker(
+        TURN, transport, listener.on_sent, listener.on_cleared, on_started=on_started, held=True
+    )
+    await speaker.add(ramp(0, 300))
+    await speaker.add(ramp(300, 200))
+    assert speaker.holding and not speaker.started and started == []
+    assert (speaker.total, speaker.sent) == (500, 0) and transport.audio.get(TURN, []) == []
+    await speaker.resume()
+    assert speaker.started and started == [1]
+    assert [len(p) for p in transport.audio[TURN]] == [500]
+    speaker.hold()  # once audio is out, holding is a barge-in's business: nothing changes
+    assert not speaker.holding
+    await speaker.add(ramp(500, 100))
+    clock.advance_ms(600)
+    await speaker.drain()
+    assert np.array_equal(heard(transport), ramp(0, 600)) and started == [1]
+
+
 async def test_pause_flushes_and_returns_what_was_played() -> None:
     clock, transport, listener, speaker = setup()
     await speaker.add(ramp(0, 1000))

@@ -34,6 +34,7 @@ from voice_pipeline.turntaking.messages import (
     DropTurn,
     EndTurn,
     EvidenceFound,
+    HoldReply,
     Keep,
     PauseReply,
     Prefetch,
@@ -50,7 +51,7 @@ from voice_pipeline.turntaking.phases import TRANSITIONS, Phase, Step, TurnState
 RATE = 16000
 F = 512  # samples per frame
 FRAME_NS = F * 1_000_000_000 // RATE  # 32 ms
-PROB = {"#": 0.9, ".": 0.0}
+PROB = {"#": 0.9, ".": 0.0, "~": 0.4}  # "~": between the VAD's thresholds (keeps a voiced run alive)
 
 VAD = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=0.0)
 #: no patience (its own cases below): a continued speaker's waits stay as the policy's
@@ -391,8 +392,8 @@ CASES = [
         [
             *ASK,
             *answered(),
-            (Frames("#"), [], {1: RE}),
-            (Frames("#"), [ContinueTurn(1, 5 * F)], {1: L}),
+            (Frames("#"), [HoldReply(1, True)], {1: RE}),  # nothing of the reply goes out now
+            (Frames("#"), [ContinueTurn(1, 5 * F), HoldReply(1, False)], {1: L}),
             (Frames("."), [Speculate(1, 7 * F)], {1: MF}),
             *answered(speech_end_frame=7, decided=10),
             (Audible(1), [], {1: AU}),
@@ -402,11 +403,51 @@ CASES = [
         ],
     ),
     Case(
+        "a voice that may be the user going on holds the reply's first audio; too short for speech, it goes",
+        [
+            *ASK,
+            *answered(),
+            (Frames("#"), [HoldReply(1, True)], {1: RE}),
+            (Frames("."), [HoldReply(1, False)], {1: RE}),  # a cough, a click: the reply goes
+            (Audible(1), [], {1: AU}),
+            (Frames("#"), [], {1: AU}),  # once audible, speech over it is continuation's or barge-in's
+        ],
+    ),
+    Case(
+        "a voice that neither becomes speech nor stops holds the first audio 400 ms at most",
+        [
+            *ASK,
+            *answered(),
+            (Frames("#"), [HoldReply(1, True)], {1: RE}),
+            (Frames("~" * 11), [], {1: RE}),  # 384 ms since its onset: still held
+            (Frames("~"), [HoldReply(1, False)], {1: RE}),  # 416 ms: a hum, not the user
+            (Frames("~"), [], {1: RE}),
+        ],
+    ),
+    Case(
+        "a voice past the maximum gap holds nothing: its speech is a new turn, not the user going on",
+        [
+            *ASK,
+            *answered(),
+            (Frames("#"), [], {1: RE}),
+        ],
+        make=lambda: machine(turn=dataclasses.replace(TURN, continuation_max_gap_ms=64)),
+    ),
+    Case(
+        "a push-to-talk turn's reply is never held (a new key press is a new turn)",
+        [
+            (PttDown(), [BeginTurn(1, 0, 0, None)], {1: L}),
+            (Frames("##"), [], {1: L}),
+            (PttUp(), [end(1, 2, 2, Rule.PUSH_TO_TALK, 0), StartReply(1), Seal(1)], {1: RE}),
+            (Frames("#"), [], {1: RE}),
+        ],
+    ),
+    Case(
         "a continued speaker gets patience: the short wait grows, then shrinks turn by turn",
         [
             *ASK,
             *answered(),  # 96 ms
-            (Frames("##"), [ContinueTurn(1, 5 * F)], {1: L}),
+            (Frames("##"), [HoldReply(1, True), ContinueTurn(1, 5 * F), HoldReply(1, False)], {1: L}),
             (Frames("."), [Speculate(1, 7 * F)], {1: MF}),
             *answered(speech_end_frame=7, decided=14, patience_ms=128),  # 96 + 128
             (Finished(1), [Seal(1)], {}),

@@ -361,6 +361,12 @@ class Reply:
                 await self._send(clause, audio)
         self._mark(Mark.LAST_AUDIO_SENT, self._clock())
 
+    async def let_go(self) -> None:
+        """Send the audio held for a voice that was not the user going on (:meth:`ReplySpeaker.hold`)."""
+        await self.speaker.resume()
+        if self.speaker.sent:
+            self._mark(Mark.FIRST_AUDIO_SENT, self._clock())
+
     async def _tts(self, synthesis: Awaitable[T]) -> T:
         """``synthesis``'s result; if it raises, the reply failed in TTS."""
         try:

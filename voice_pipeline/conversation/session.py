@@ -1,13 +1,13 @@
 """One conversation: the asyncio graph that wires VAD -> ASR -> LLM -> TTS.
 
-Every decision is pure and lives elsewhere. Who has the floor, and what happens to
-each turn and its reply, is :class:`voice_pipeline.turntaking.machine.TurnMachine` (it owns the
-endpointer, the semantic end-of-turn policy and the barge-in tracker); what the LLM
-sees is :class:`voice_pipeline.conversation.history.History`; the echo check, the ASR commit
-policy, clause chunking and the ledger are pure too. This module routes input to
-them, carries out the machine's commands (on :class:`voice_pipeline.conversation.turn.Turn`,
-kept in :class:`~voice_pipeline.conversation.open_turns.OpenTurns` until it is over), and
-owns the tasks, queues and clocks.
+Every decision is pure and lives elsewhere. Who has the floor, and what happens to each turn and
+its reply, is :class:`voice_pipeline.turntaking.machine.TurnMachine` (it owns the endpointer, the
+semantic end-of-turn policy and the barge-in tracker); what the LLM sees is
+:class:`voice_pipeline.conversation.history.History`; the echo check, the ASR commit policy, clause
+chunking and the ledger are pure too. This module routes input to them, carries out the machine's
+commands (on :class:`voice_pipeline.conversation.turn.Turn`, kept in
+:class:`~voice_pipeline.conversation.open_turns.OpenTurns` until it is over), and owns the tasks,
+queues and clocks.
 
 Ownership:
 
@@ -86,9 +86,7 @@ class Session:
     ) -> None:
         """``sleep_until(t_ns)`` waits until ``clock()`` reaches ``t_ns`` (default: real time);
         ``context``: what the LLM is asked with (default: the session's own History)."""
-        self._cfg = cfg
-        self._transport = transport
-        self._clock = clock
+        self._cfg, self._transport, self._clock = cfg, transport, clock
         self.rate_hz = cfg.audio.pipeline_rate_hz
         self._tasks = SessionTasks()
         spawn = self._tasks.spawn
@@ -257,6 +255,8 @@ class Session:
                     self._start_reply(turns[tid])
                 case te.PauseReply(turn_id=tid, onset_ns=onset):
                     turns[tid].pause_reply(onset)
+                case te.HoldReply(turn_id=tid, held=held):
+                    turns[tid].hold_reply(held)
                 case te.ResumeReply(turn_id=tid, kind=kind):
                     turns[tid].resume_reply(kind)
                 case te.CancelReply(turn_id=tid, reason=reason, barge_in=barge_in):

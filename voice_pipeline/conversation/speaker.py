@@ -26,10 +26,12 @@ class ReplySpeaker:
         *,
         on_started: Callable[[], None] | None = None,
         played_base: int = 0,
+        held: bool = False,
     ) -> None:
-        """``on_started``: called when the first audio is added (the reply becomes audible);
+        """``on_started``: called when the first audio is sent (the reply becomes audible);
         ``played_base``: samples of ``turn_id`` the listener played before this reply (a
-        reply dropped when the user continued the turn), not counted as this reply's."""
+        reply dropped when the user continued the turn), not counted as this reply's;
+        ``held``: start as :meth:`hold` leaves it."""
         self.turn_id = turn_id
         self._transport = transport
         self._on_sent = on_sent
@@ -42,7 +44,9 @@ class ReplySpeaker:
         self._pauses = 0  # pauses so far: a drain that saw one must wait for the re-sent rest
         self._running = asyncio.Event()  # set while not paused
         self._running.set()
-        self._shown = False
+        self._started = False
+        if held:
+            self.hold()
 
     @property
     def holding(self) -> bool:
@@ -52,21 +56,29 @@ class ReplySpeaker:
 
     @property
     def started(self) -> bool:
-        return self.total > 0 or self._shown
+        """The reply reached the listener: audio was sent, or a text-only reply's text shown."""
+        return self._started
 
     def show(self) -> None:
         """A text-only reply's first text is out: it counts as started (nothing to play)."""
-        if not self.started:
-            self._shown = True
+        self._start()
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
             if self._on_started is not None:
                 self._on_started()
 
+    def hold(self) -> None:
+        """Send nothing yet -- only before anything was sent: a voice began that may be the user
+        going on (once audio is out, speech over it is a barge-in's business). :meth:`resume`
+        lets it go."""
+        if not self._started:
+            self._running.clear()
+
     async def add(self, pcm: NDArray[np.int16]) -> None:
-        started = self.started
         self._audio.append(pcm)
         self.total += len(pcm)
-        if not started and self.started and self._on_started is not None:
-            self._on_started()
         await self._send_pending()
 
     def played(self) -> int:
@@ -77,6 +89,7 @@ class ReplySpeaker:
         while not self.holding and self.sent < self.total:
             pcm = self._slice(self.sent, self.total)
             self.sent = self.total
+            self._start()  # the first audio: the reply becomes audible
             await self._transport.play(self.turn_id, pcm)
             self._on_sent(pcm)
 

@@ -130,6 +130,7 @@ class Turn:
         self.request: ReplyRequest | None = None
         #: the stage that failed (the runtime's fact: the machine is told only that the reply ended)
         self.failed: str | None = None
+        self._held_since: int | None = None  # a voice holds the reply's first audio since (HoldReply)
 
     @property
     def done(self) -> bool:
@@ -270,6 +271,7 @@ class Turn:
             lambda: ctx.echo.cleared(tid, ctx.clock()),
             on_started=functools.partial(ctx.on_audible, tid, epoch),
             played_base=ctx.transport.played_samples(tid),
+            held=self._held_since is not None,
         )
         mark = functools.partial(self._mark_epoch, epoch)
         return Reply(tid, ctx.reply, speaker, mark, functools.partial(self._compute_epoch, epoch))
@@ -312,6 +314,22 @@ class Turn:
         self.reply.speaker.pause()
         self.mark(Mark.FLUSH_SENT, self._ctx.clock())
         self._ctx.transport.emit(ev.ReplyPaused(self.turn_id, self._ctx.clock()))
+
+    def hold_reply(self, held: bool) -> None:
+        """A voice began that may be the user going on: nothing of the reply is sent (``held``);
+        or it was not (the reply goes now; the wait is the user's, not a budget breach), or it
+        was (the reply was dropped: nothing to do)."""
+        now, since, reply = self._ctx.clock(), self._held_since, self.reply
+        self._held_since = now if held else None
+        if reply is None or (not held and self._phase() not in (Phase.REPLYING, Phase.AUDIBLE)):
+            return  # continued (a new reply to come) or cancelled: nothing of this one goes out
+        if held:
+            reply.speaker.hold()
+            return
+        ready = self.ledger.get(Mark.TTS_FIRST_AUDIO)
+        if since is not None and ready is not None and not reply.speaker.sent:
+            self.ledger.held_first_audio((now - max(ready, since)) / 1e6)
+        self._ctx.spawn(reply.let_go(), f"let-go-{self.turn_id}")
 
     def resume_reply(self, kind: InterruptionKind) -> None:
         self.ledger.false_interruptions += 1

@@ -196,6 +196,7 @@ class TurnLedger:
         self.failed: FailedStage | None = None
         self.end_of_turn: EndOfTurnRecord | None = None
         self.continuations = 0
+        self.first_audio_held_ms = 0.0
         self.discarded_tokens = 0
         self.discarded_audio_s = 0.0
         self._allowance_ms: dict[str, float] = {}
@@ -236,6 +237,12 @@ class TurnLedger:
         for stage in stages:
             self._allowance_ms[stage] = self._allowance_ms.get(stage, 0.0) + ms
 
+    def held_first_audio(self, ms: float) -> None:
+        """The reply's first audio, ready, waited ``ms`` for a voice that was not the user going
+        on: part of voice-to-voice (and of the transport stage), not a breach of their budgets."""
+        self.first_audio_held_ms += ms
+        self.allow(ms, StageName.TRANSPORT, StageName.VOICE_TO_VOICE)
+
     def continued(self, tokens: int, audio_s: float) -> None:
         """The user went on speaking: the turn is open again. Everything after its speech
         start is forgotten; the dropped reply's work is kept as discarded."""
@@ -246,7 +253,7 @@ class TurnLedger:
         self.continuations += 1
         self.discarded_tokens += tokens
         self.discarded_audio_s += audio_s
-        self.llm_tokens = 0
+        self.llm_tokens, self.first_audio_held_ms = 0, 0.0
         self.audio_synthesized_s = 0.0
         self.asr_decode_ms = 0.0
         self.asr_speculative = False
@@ -314,6 +321,7 @@ class TurnLedger:
             overhead_ms=None if path is None else path[1],
             end_of_turn=self.end_of_turn,
             continuations=self.continuations,
+            first_audio_held_ms=self.first_audio_held_ms,
             discarded_tokens=self.discarded_tokens,
             discarded_audio_s=self.discarded_audio_s,
             llm_prompt_tokens=self.llm_prompt_tokens,

@@ -186,6 +186,9 @@ class TurnRecord:
     #: times the user went on after the end of this turn, before its reply was heard
     #: (the reply was dropped and both parts transcribed as one message)
     continuations: int = 0
+    #: how long the reply's first audio, ready, waited for a voice that then was not the user
+    #: going on (ms; voice_pipeline.turntaking.ending.Continuation.holds): the user's wait, no breach
+    first_audio_held_ms: float = 0.0
     #: work of those dropped replies (``work`` is the answer's own)
     discarded_tokens: int = 0
     discarded_audio_s: float = 0.0
@@ -226,6 +229,7 @@ class TurnRecord:
             "filler_ms": None if self.filler_ms is None else round(self.filler_ms, 1),
             "end_of_turn": None if self.end_of_turn is None else self.end_of_turn.as_dict(),
             "continuations": self.continuations,
+            "first_audio_held_ms": round(self.first_audio_held_ms, 1),
             "critical_path": {
                 "compute_ms": {k: round(v, 1) for k, v in self.compute_ms.items()},
                 "overhead_ms": None if self.overhead_ms is None else round(self.overhead_ms, 1),
@@ -268,6 +272,6 @@ class TurnRecord:
 
 #: :meth:`TurnRecord.as_dict`'s keys that are the record's fields; those unpacked; the work's figures
 _PLAIN_KEYS = ("turn_id", "user_text", "assistant_text", "heard_text", "interrupted",
-               "false_interruptions", "filler_ms", "continuations")  # fmt: skip
+               "false_interruptions", "filler_ms", "continuations", "first_audio_held_ms")  # fmt: skip
 _UNPACK = ("asr", "llm", "critical_path", "work", "discarded", "end_of_turn", "assistant_text", "heard_text")
 _WORK_KEYS = ("llm_tokens", "audio_synthesized_s", "audio_heard_s")

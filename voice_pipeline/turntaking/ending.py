@@ -11,6 +11,13 @@ never speech that starts more than ``turn.continuation_max_gap_ms`` after the us
 own end of speech. It also decides when a turn can no longer be continued (the
 machine then seals it).
 
+Nor does a reply start over a speaker who has just gone on: while a voiced run that began
+after the end may still become speech that continues the turn (the VAD has not heard
+``vad.min_speech_ms`` of it yet), :meth:`Continuation.holds` keeps the reply's first audio
+back -- for at most :data:`FIRST_AUDIO_HOLD_MAX_MS` of that run (a hum hovering between the
+VAD's thresholds holds nothing longer). Without it, a reply ready 0-150 ms after the speaker
+went on started over them and was flushed only when their speech was confirmed.
+
 Not continued, on purpose: a turn ended by ``vad.max_turn_s`` and a push-to-talk
 turn (see :mod:`voice_pipeline.turntaking.phases`).
 
@@ -48,6 +55,10 @@ def end_of_turn_policy(vad: VADConfig, turn: TurnConfig, *, uses_model: bool) ->
     )
 
 
+#: a voiced run holds a reply's first audio at most this long (it is speech or gone by then)
+FIRST_AUDIO_HOLD_MAX_MS = 400
+
+
 class Continuation:
     """The continuation rules of one session (``turn.continuation*``)."""
 
@@ -71,6 +82,14 @@ class Continuation:
         if t.phase is Phase.REPLYING:
             return True
         return t.audible_ns is not None and self._time_of(onset) - t.audible_ns <= self._grace_ns
+
+    def holds(self, t: TurnState, now_ns: int, pending_onset: int | None) -> bool:
+        """``t``'s first audio waits: nothing of its reply was sent yet (REPLYING) and a voiced
+        run (its onset at input sample ``pending_onset``) that would continue ``t`` may still
+        become speech -- for at most :data:`FIRST_AUDIO_HOLD_MAX_MS` of it."""
+        if t.phase is not Phase.REPLYING or pending_onset is None or not self.continues(t, pending_onset):
+            return False
+        return now_ns - self._time_of(pending_onset) <= FIRST_AUDIO_HOLD_MAX_MS * 1_000_000
 
     def expired(self, t: TurnState, now_ns: int, pending_onset: int | None) -> bool:
         """``t`` (not sealed yet) can no longer be continued: its reply has been audible

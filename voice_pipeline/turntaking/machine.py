@@ -1,12 +1,11 @@
 """The lifecycle of a turn and its reply: one pure state machine (no clock, no asyncio).
 
-Everything that decides who has the floor lives here, the way h11 keeps its state
-machine in one file: the session runtime feeds it what happened (VAD frames, the
-evidence about a pause, transcripts, playback, push-to-talk, an explicit interrupt)
-and carries out the commands it answers with. Each turn moves only through the
-transition table of :mod:`voice_pipeline.turntaking.phases` (:meth:`TurnMachine._move`);
-what goes in and the commands that come out are :mod:`voice_pipeline.turntaking.messages`.
-The finer decisions are delegated to the pure parts it owns: see :mod:`voice_pipeline.turntaking`.
+Everything that decides who has the floor lives here, the way h11 keeps its state machine in one
+file: the session runtime feeds it what happened (VAD frames, the evidence about a pause, transcripts,
+playback, push-to-talk, an explicit interrupt) and carries out the commands it answers with. Each turn
+moves only through the transition table of :mod:`voice_pipeline.turntaking.phases` (:meth:`_move`);
+what goes in and the commands that come out are :mod:`voice_pipeline.turntaking.messages`. The
+finer decisions are delegated to the pure parts it owns: see :mod:`voice_pipeline.turntaking`.
 """
 
 from __future__ import annotations
@@ -66,8 +65,7 @@ class TurnMachine:
     ) -> None:
         """``time_of(sample)``: the monotonic time of an input sample; ``policy``: the semantic
         end-of-turn policy (None = silence alone); ``prefetch``: ``dialogue.speculative_start``."""
-        self._vad = vad
-        self._barge_in = barge_in
+        self._vad, self._barge_in = vad, barge_in
         self._frame_ms = frame_samples * 1000 / sample_rate_hz
         self._prefetch = prefetch
         self._options = options or TurnOptions()
@@ -91,8 +89,7 @@ class TurnMachine:
     @property
     def audible(self) -> int | None:
         """The reply the listener is hearing (or that is paused by their speech)."""
-        t = self._latest(HEARD_PHASES)
-        return None if t is None else t.turn_id
+        return None if (t := self._latest(HEARD_PHASES)) is None else t.turn_id
 
     @property
     def capturing(self) -> int | None:
@@ -123,11 +120,14 @@ class TurnMachine:
         else:  # push-to-talk decides the turn's start and end
             for step in steps:
                 self._endpoint(step, cmds)
-        pending = self.endpointer.pending_onset
-        for t in self._turns.values():  # seal the turns that can no longer be continued
+        pending = self.endpointer.pending_onset  # a voice not speech yet (or a noise)
+        for t in self._turns.values():  # seal the turns that can no longer be continued; hold first audio
             if self.continuation.expired(t, now_ns, pending):
                 t.sealed = True
                 cmds.append(cmd.Seal(t.turn_id))
+            if t.held is not (held := self.continuation.holds(t, now_ns, pending)):  # the user going on?
+                t.held = held
+                cmds.append(cmd.HoldReply(t.turn_id, held))
         return cmds
 
     def evidence(self, found: EvidenceFound) -> list[Command]:

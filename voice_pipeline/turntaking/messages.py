@@ -169,6 +169,15 @@ class PauseReply:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldReply:
+    """Hold the reply's first audio back (``held``: a voice began that may be the user going
+    on), or let it go (it was not, or it was and the reply is dropped)."""
+
+    turn_id: int
+    held: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ResumeReply:
     """The interruption was false: the reply goes on from where playback stopped."""
 
@@ -228,6 +237,7 @@ Command = (
     | EndTurn
     | StartReply
     | PauseReply
+    | HoldReply
     | ResumeReply
     | CancelReply
     | Seal

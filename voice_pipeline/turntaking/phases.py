@@ -119,3 +119,5 @@ class TurnState:
     speech_end_sample: int | None = None
     ptt: bool = False
     sealed: bool = False
+    #: a voice that may continue the turn holds its reply's first audio (Continuation.holds)
+    held: bool = False
