@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,8 +33,14 @@ from voice_pipeline.bench.paused import (
     paused_clip,
     reply_heard_in_pauses,
 )
+from voice_pipeline.conversation import clause_audio
+from voice_pipeline.conversation import reply as reply_module
+from voice_pipeline.conversation import utterance as utterance_module
+from voice_pipeline.conversation.clause_audio import ClauseAudio
 from voice_pipeline.engines import Engines
 from voice_pipeline.runner import RunResult, run_audio
+from voice_pipeline.turntaking.ending import Continuation
+from voice_pipeline.turntaking.phases import Phase, TurnState
 
 if TYPE_CHECKING:
     from tts.base import TTS
@@ -291,3 +299,59 @@ async def test_a_late_verdict_still_decides_a_statement_within_the_verdict_wait(
     assert waited.silence_ms > config.turn.unsure_silence_ms  # it waited past the medium wait
     before = outcomes[config.turn.unsure_silence_ms]
     assert before.rule == "no_verdict" and before.p_complete is None
+
+
+async def test_a_reply_never_starts_over_a_speaker_who_has_just_gone_on(
+    engines: Engines, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reply to "What is the capital of France?" is made ready exactly when the speaker
+    goes on ("And of Germany?"), before the VAD has heard enough of it to call it speech: every
+    synthesis (real Piper) started before that voice returns only once it is heard. With the
+    hold (``Continuation.holds``) nothing of that reply is heard and the turn is continued; with
+    it off, the same reply starts over the speaker until their speech is confirmed."""
+    first, second = espeak("What is the capital of France?"), espeak("And of Germany?")
+    # after the end of turn by every rule but "incomplete" (see the test above); within the
+    # maximum gap even when the VAD's end of speech comes ~0.3 s before the clip's end
+    ended_by_s, gap_s = (
+        config.turn.unsure_silence_ms / 1000 + 0.1,
+        config.turn.continuation_max_gap_ms / 1000 - 0.4,
+    )
+    assert ended_by_s + 0.2 < gap_s, (ended_by_s, gap_s)
+    audio = np.concatenate([first, np.zeros(round(gap_s * RATE), np.float32), second])
+    clip = PausedSpeech(("What is ...", "And of ..."), audio, RATE, (len(first),), (gap_s,))
+    short = dataclasses.replace(config, llm=dataclasses.replace(config.llm, max_tokens=24))
+    real_holds, real_synth = Continuation.holds, clause_audio.synthesize_clause
+
+    async def run(hold: bool, voice: threading.Event, early: list[str]) -> RunResult:
+        def holds(self: Continuation, t: TurnState, now_ns: int, onset: int | None) -> bool:
+            if onset is not None and t.phase is Phase.REPLYING:
+                voice.set()  # a voice after the end that may still become speech
+            return hold and real_holds(self, t, now_ns, onset)
+
+        def synth(tts: TTS, text: str, clock: Callable[[], int], *, head_first: bool) -> ClauseAudio:
+            made = real_synth(tts, text, clock, head_first=head_first)
+            if not voice.is_set():
+                early.append(text)
+                voice.wait(timeout=15)  # ready only once the speaker has gone on
+            return made
+
+        monkeypatch.setattr(Continuation, "holds", holds)
+        monkeypatch.setattr(reply_module, "synthesize_clause", synth)
+        monkeypatch.setattr(utterance_module, "synthesize_clause", synth)
+        return await speak(engines, short, audio)
+
+    for hold in (True, False):
+        early: list[str] = []
+        res = await run(hold, threading.Event(), early)
+        turns = [r for r in res.records if r.user_text]
+        heard = reply_heard_in_pauses(res.output, res.output_rate_hz, clip, LEAD_S)[0]
+        print(f"hold {hold}: ready before the voice {early}, heard in the pause {heard:.2f} s, "
+              f"{[(r.user_text, r.continuations) for r in turns]}")  # fmt: skip
+        assert len(turns) == 1 and turns[0].continuations >= 1, [r.user_text for r in res.records]
+        assert {"france", "germany"} <= set(normalize(turns[0].user_text).split())
+        assert turns[0].assistant_text and not turns[0].interrupted
+        assert engines.llm.unfinished_requests() == 0
+        if hold:
+            assert heard == 0.0  # not a sample of the dropped reply reached the listener
+        elif early:  # the reply was ready before the voice: without the hold it was heard
+            assert heard > 0.0
