@@ -149,9 +149,12 @@ async def paused_set(
                         if r.end_of_turn.sound_after_ms is not None:
                             sound_late.append(r.end_of_turn.sound_after_ms)
                 mark = "ok" if len(turns) == 1 else f"SPLIT x{len(turns)}"
+                # how each turn ended: the rule, after how much silence (ms), the turn model's P(complete)
+                eots = [r.end_of_turn.as_dict() for r in out["records"] if r.end_of_turn is not None]
+                ends = " ".join(f"{e['rule']}@{e['silence_ms']:.0f}(p={e['p_complete']})" for e in eots)
                 print(
                     f"[{mode}] {voice:9} pause {pause:.1f}s {mark:9} answered {len(answered)} "
-                    f"continued {out['continued']} heard in pauses {max(heard):.2f} s {said!r}",
+                    f"continued {out['continued']} heard in pauses {max(heard):.2f} s {said!r} ends: {ends}",
                     flush=True,
                 )
     hidden = sum(1 for t in sound_late if t <= short_ms) / len(sound_late) if sound_late else float("nan")
