@@ -323,10 +323,12 @@ async def test_a_reply_never_starts_over_a_speaker_who_has_just_gone_on(
     real_holds, real_synth = Continuation.holds, clause_audio.synthesize_clause
 
     async def run(hold: bool, voice: threading.Event, early: list[str]) -> RunResult:
-        def holds(self: Continuation, t: TurnState, now_ns: int, onset: int | None) -> bool:
+        def holds(
+            self: Continuation, t: TurnState, now_ns: int, onset: int | None, min_speech_ms: int
+        ) -> bool:
             if onset is not None and t.phase is Phase.REPLYING:
                 voice.set()  # a voice after the end that may still become speech
-            return hold and real_holds(self, t, now_ns, onset)
+            return hold and real_holds(self, t, now_ns, onset, min_speech_ms)
 
         def synth(tts: TTS, text: str, clock: Callable[[], int], *, head_first: bool) -> ClauseAudio:
             made = real_synth(tts, text, clock, head_first=head_first)

@@ -20,6 +20,7 @@ import pytest
 from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
 from voice_pipeline.turntaking.bargein import InterruptionKind
+from voice_pipeline.turntaking.ending import Continuation
 from voice_pipeline.turntaking.machine import TurnMachine
 from voice_pipeline.turntaking.messages import (
     Answer,
@@ -988,3 +989,18 @@ def test_the_machine_answers_what_the_runtime_kept_a_copy_of() -> None:
             where = f"{case.name} step {i} {step}"
             assert d.m.capturing == capture, where
             assert d.m.replying == sorted(replying), where
+
+
+def test_a_voice_holds_the_first_audio_400_ms_at_most_or_twice_the_speech_the_vad_needs() -> None:
+    c = Continuation(TURN, sample_rate_hz=RATE, time_of=t_of)
+    t = TurnState(1, phase=Phase.REPLYING, speech_end_sample=0)
+    onset = 10 * F
+
+    def at(ms: int) -> int:
+        return t_of(onset) + ms * 1_000_000
+
+    assert c.holds(t, at(400), onset, 150) and not c.holds(t, at(401), onset, 150)
+    assert c.holds(t, at(600), onset, 300) and not c.holds(t, at(601), onset, 300)  # a slower VAD
+    assert not c.holds(t, at(10), None, 150)  # no voice
+    t.phase = Phase.AUDIBLE  # audio is out: speech over it is not this hold's business
+    assert not c.holds(t, at(10), onset, 150)

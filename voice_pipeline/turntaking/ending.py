@@ -14,9 +14,10 @@ machine then seals it).
 Nor does a reply start over a speaker who has just gone on: while a voiced run that began
 after the end may still become speech that continues the turn (the VAD has not heard
 ``vad.min_speech_ms`` of it yet), :meth:`Continuation.holds` keeps the reply's first audio
-back -- for at most :data:`FIRST_AUDIO_HOLD_MAX_MS` of that run (a hum hovering between the
-VAD's thresholds holds nothing longer). Without it, a reply ready 0-150 ms after the speaker
-went on started over them and was flushed only when their speech was confirmed.
+back -- for at most :data:`FIRST_AUDIO_HOLD_MAX_MS` of that run, or twice ``vad.min_speech_ms``
+(a hum hovering between the VAD's thresholds holds nothing longer). Without it, a reply
+ready 0-150 ms after the speaker went on started over them and was flushed only when their
+speech was confirmed.
 
 Not continued, on purpose: a turn ended by ``vad.max_turn_s`` and a push-to-talk
 turn (see :mod:`voice_pipeline.turntaking.phases`).
@@ -55,7 +56,8 @@ def end_of_turn_policy(vad: VADConfig, turn: TurnConfig, *, uses_model: bool) ->
     )
 
 
-#: a voiced run holds a reply's first audio at most this long (it is speech or gone by then)
+#: a voiced run holds a reply's first audio at most this long, or twice ``vad.min_speech_ms`` if
+#: longer (by then it is speech, or gone, or a hum between the VAD's thresholds)
 FIRST_AUDIO_HOLD_MAX_MS = 400
 
 
@@ -83,13 +85,15 @@ class Continuation:
             return True
         return t.audible_ns is not None and self._time_of(onset) - t.audible_ns <= self._grace_ns
 
-    def holds(self, t: TurnState, now_ns: int, pending_onset: int | None) -> bool:
+    def holds(self, t: TurnState, now_ns: int, pending_onset: int | None, min_speech_ms: int) -> bool:
         """``t``'s first audio waits: nothing of its reply was sent yet (REPLYING) and a voiced
         run (its onset at input sample ``pending_onset``) that would continue ``t`` may still
-        become speech -- for at most :data:`FIRST_AUDIO_HOLD_MAX_MS` of it."""
+        become speech (``vad.min_speech_ms`` of it) -- for at most :data:`FIRST_AUDIO_HOLD_MAX_MS`
+        of it, or twice ``min_speech_ms``."""
         if t.phase is not Phase.REPLYING or pending_onset is None or not self.continues(t, pending_onset):
             return False
-        return now_ns - self._time_of(pending_onset) <= FIRST_AUDIO_HOLD_MAX_MS * 1_000_000
+        longest_ms = max(FIRST_AUDIO_HOLD_MAX_MS, 2 * min_speech_ms)
+        return now_ns - self._time_of(pending_onset) <= longest_ms * 1_000_000
 
     def expired(self, t: TurnState, now_ns: int, pending_onset: int | None) -> bool:
         """``t`` (not sealed yet) can no longer be continued: its reply has been audible

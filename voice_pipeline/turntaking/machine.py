@@ -125,7 +125,7 @@ class TurnMachine:
             if self.continuation.expired(t, now_ns, pending):
                 t.sealed = True
                 cmds.append(cmd.Seal(t.turn_id))
-            if t.held is not (held := self.continuation.holds(t, now_ns, pending)):  # the user going on?
+            if t.held is not (held := self.continuation.holds(t, now_ns, pending, self._vad.min_speech_ms)):
                 t.held = held
                 cmds.append(cmd.HoldReply(t.turn_id, held))
         return cmds
