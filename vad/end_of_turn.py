@@ -40,12 +40,14 @@ Evidence can arrive after the short silence has passed; the endpointer re-evalua
 once (:meth:`vad.endpointer.Endpointer.evidence`), so a late verdict costs only its
 own lateness. The rule that ended a turn (:class:`Rule`) goes into its ledger record.
 
-Limits, on purpose: the word lists are English; synthetic voices (espeak-ng, Piper)
-end every fragment with a falling, final-sounding contour, so on such speech the
-model says "complete" and only the words can hold the turn open (measured, 2026-11); a
-pause after a grammatically complete clause ("The thing is, I don't really know ...
-what to cook") is left to the sound and, failing that, to continuation
-(:mod:`voice_pipeline.turntaking.ending`).
+Limits, on purpose: the word lists are English; on synthetic voices the model is
+unreliable both ways: fragments synthesized one by one end with a falling, final-sounding
+contour and sound "complete" (espeak-ng, Piper; measured 2026-11), while many of espeak's
+complete statements sound unfinished to it (P(complete) 0.01-0.37 at their real end, which
+then waits the long silence; 2026-12-05, docs/measurements.md session 20), so on such speech
+only the words are reliable; a pause after a grammatically complete clause ("The thing
+is, I don't really know ... what to cook") is left to the sound and, failing that, to
+continuation (:mod:`voice_pipeline.turntaking.ending`).
 """
 
 from __future__ import annotations
