@@ -1,13 +1,13 @@
 """One conversation: the asyncio graph that wires VAD -> ASR -> LLM -> TTS.
 
-Every decision is pure and lives elsewhere. Who has the floor, and what happens to each turn and
-its reply, is :class:`voice_pipeline.turntaking.machine.TurnMachine` (it owns the endpointer, the
-semantic end-of-turn policy and the barge-in tracker); what the LLM sees is
-:class:`voice_pipeline.conversation.history.History`; the echo check, the ASR commit policy, clause
-chunking and the ledger are pure too. This module routes input to them, carries out the machine's
-commands (on :class:`voice_pipeline.conversation.turn.Turn`, kept in
-:class:`~voice_pipeline.conversation.open_turns.OpenTurns` until it is over), and owns the tasks,
-queues and clocks.
+Every decision is pure and lives elsewhere. Who has the floor, and what happens to
+each turn and its reply, is :class:`voice_pipeline.turntaking.machine.TurnMachine` (it owns the
+endpointer, the semantic end-of-turn policy and the barge-in tracker); what the LLM
+sees is :class:`voice_pipeline.conversation.history.History`; the echo check, the ASR commit
+policy, clause chunking and the ledger are pure too. This module routes input to
+them, carries out the machine's commands (on :class:`voice_pipeline.conversation.turn.Turn`,
+kept in :class:`~voice_pipeline.conversation.open_turns.OpenTurns` until it is over), and
+owns the tasks, queues and clocks.
 
 Ownership:
 
