@@ -332,4 +332,8 @@ async def test_the_filler_is_spoken_first_and_the_ledger_keeps_the_reply_apart(
     heard = whisper.transcribe(resample(to_float32(out), result.output_rate_hz, 16000)).text
     words = normalize(heard).split()
     print(f"the listener heard {heard!r}")
-    assert "think" in words[:6] and "paris" in words
+    # the filler came first and the reply after it; Whisper tiny may slip on one of the
+    # filler's words ("let me thank"), so two of its three words are enough to know it
+    filler = normalize(cfg.dialogue.filler_text).split()[-3:]
+    assert sum(w in words[:6] for w in filler) >= 2, (filler, words)
+    assert "paris" in words[words.index(next(w for w in words[:6] if w in filler)) + 1 :]
