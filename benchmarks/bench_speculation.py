@@ -32,6 +32,8 @@ modes interleaved question by question so that load on the machine hits both ali
 * ``lean`` -- ``model-words`` and ``no-partials`` together;
 * ``noverdict`` -- the defaults, but no longer wait after neutral words for a turn model's
   verdict on its way (``turn.verdict_silence_ms`` = ``unsure_silence_ms``, as until 2026-12-05);
+* ``wait<N>`` -- the defaults, but a short wait (``vad.end_silence_ms``) of N ms, e.g.
+  ``wait600`` (:mod:`voice_pipeline.bench.variants`);
 * ``void-runs`` -- the defaults, but work made void by speech that resumed runs to its end
   (as until 2026-12-05): the turn model is not stopped (:class:`vad.base.StopSignal`) and a
   Whisper decode goes on from its encoder to its decoder.
@@ -69,6 +71,7 @@ from tts import build_tts
 from tts.chunker import ClauseChunker
 from vad.base import StopSignal
 from voice_pipeline.bench.paused import COMPLETE_QUESTIONS
+from voice_pipeline.bench.variants import turn_variant
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.cpu import this_cpu
 from voice_pipeline.engines import Engines
@@ -94,9 +97,8 @@ def mode_config(base: Config, mode: str) -> Config:
         base = dataclasses.replace(base, turn=dataclasses.replace(base.turn, model_start="words"))
     if mode in ("no-partials", "lean"):
         base = dataclasses.replace(base, asr=dataclasses.replace(base.asr, partial_interval_ms=0))
-    if mode == "noverdict":
-        turn = dataclasses.replace(base.turn, verdict_silence_ms=base.turn.unsure_silence_ms)
-        return dataclasses.replace(base, turn=turn)
+    if (variant := turn_variant(base, mode)) is not None:
+        return variant
     if mode == "whole-first":
         return dataclasses.replace(base, tts=dataclasses.replace(base.tts, head_first=False))
     return base

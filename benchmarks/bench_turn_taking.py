@@ -11,7 +11,9 @@ Modes: ``old`` = the end of a turn decided by silence alone and no continuation 
 behaviour before the semantic policy), ``new`` = the defaults, ``nopatience`` = the
 defaults with ``turn.patience_ms: 0`` (a continued speaker's waits do not grow),
 ``noverdict`` = the defaults with no longer wait for a turn model's verdict on its way
-after neutral words (``turn.verdict_silence_ms`` = ``unsure_silence_ms``).
+after neutral words (``turn.verdict_silence_ms`` = ``unsure_silence_ms``), ``wait<N>`` = the
+short wait ``vad.end_silence_ms`` N ms (``wait600``; :mod:`voice_pipeline.bench.variants`):
+what keeping quiet through longer pauses costs complete questions.
 
 ``--conversation``: one session per voice and pause hears all the paused sentences one
 after another, each followed by ``--reply-gap`` seconds for its (short: 24 tokens at most)
@@ -59,6 +61,7 @@ from voice_pipeline.bench.paused import (
     paused_clip,
     reply_heard_in_pauses,
 )
+from voice_pipeline.bench.variants import turn_variant
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.cpu import this_cpu
 from voice_pipeline.engines import Engines
@@ -83,10 +86,7 @@ def mode_config(base: Config, mode: str) -> Config:
         )
     if mode == "nopatience":
         return dataclasses.replace(base, turn=dataclasses.replace(base.turn, patience_ms=0))
-    if mode == "noverdict":
-        turn = dataclasses.replace(base.turn, verdict_silence_ms=base.turn.unsure_silence_ms)
-        return dataclasses.replace(base, turn=turn)
-    return base
+    return turn_variant(base, mode) or base
 
 
 async def run_one(engines: Engines, cfg: Config, audio: np.ndarray) -> dict[str, Any]:
@@ -149,9 +149,18 @@ async def paused_set(
                         if r.end_of_turn.sound_after_ms is not None:
                             sound_late.append(r.end_of_turn.sound_after_ms)
                 mark = "ok" if len(turns) == 1 else f"SPLIT x{len(turns)}"
-                # how each turn ended: the rule, after how much silence (ms), the turn model's P(complete)
-                eots = [r.end_of_turn.as_dict() for r in out["records"] if r.end_of_turn is not None]
-                ends = " ".join(f"{e['rule']}@{e['silence_ms']:.0f}(p={e['p_complete']})" for e in eots)
+                # how each turn ended: the rule, after how much silence (ms), the turn model's P(complete),
+                # the words' cue; "undone" = an end the speaker then went on after (in a pause)
+                eots = [
+                    (tag, e.as_dict())
+                    for r in out["records"]
+                    for tag, e in [*(("undone ", u) for u in r.undone_ends), ("", r.end_of_turn)]
+                    if e is not None
+                ]
+                ends = " ".join(
+                    f"{tag}{e['rule']}@{e['silence_ms']:.0f}(p={e['p_complete']},{e['cue']})"
+                    for tag, e in eots
+                )
                 print(
                     f"[{mode}] {voice:9} pause {pause:.1f}s {mark:9} answered {len(answered)} "
                     f"continued {out['continued']} heard in pauses {max(heard):.2f} s {said!r} ends: {ends}",

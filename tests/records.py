@@ -59,6 +59,9 @@ def full_record(turn_id: int = 3, origin_ns: int = 0) -> TurnRecord:
             Rule.UNSURE, 612.34, 600.0, 0.4567, Cue.COMPLETE, 80.04, 120.06, 33.33, patience_ms=350.0
         ),
         continuations=1,
+        undone_ends=(
+            EndOfTurnRecord(Rule.COMPLETE, 256.04, 250.0, 0.95123, Cue.NEUTRAL, 150.06, 220.04, 60.06),
+        ),
         first_audio_held_ms=96.0,
         discarded_tokens=9,
         discarded_audio_s=0.7505,

@@ -20,6 +20,7 @@ from vad.end_of_turn import EndOfTurnPolicy, Rule
 from voice_pipeline import events as ev
 from voice_pipeline.config import Config
 from voice_pipeline.cpu import parse_cpu
+from voice_pipeline.ledger.records import UNDONE_KEPT
 from voice_pipeline.tuning import Tuning, choose
 from voice_pipeline.turntaking.ending import Patience
 
@@ -61,6 +62,8 @@ async def test_speech_before_the_reply_is_audible_continues_the_same_turn(h: Har
     assert rec.user_text == "i would like a table for four people"
     assert rec.assistant_text == REPLY and not rec.interrupted
     assert rec.continuations == 1
+    (undone,) = rec.undone_ends  # how the turn had ended before the user went on
+    assert undone.rule is Rule.COMPLETE and undone.silence_ms >= undone.wait_ms > 0  # neutral words, no model
     assert rec.interruption is None and rec.false_interruptions == 0
     assert "barge_in_stop" not in rec.stages_ms
     # the final decode had the whole utterance, both parts (not two transcripts glued)
@@ -304,6 +307,9 @@ async def test_a_hundred_continuations_leave_nothing_running(h: Harness) -> None
     await h.settle_tasks()
     rec = h.record(1)
     assert rec.continuations == 100 and not rec.interrupted and rec.assistant_text == REPLY
+    # each end the user undid is in the record (the first UNDONE_KEPT of them), with its rule
+    assert len(rec.undone_ends) == UNDONE_KEPT and rec.end_of_turn is not None
+    assert all(e.rule is rec.end_of_turn.rule for e in rec.undone_ends), rec.undone_ends
     assert h.session.unfinished_tasks() == 0
     assert llm.unfinished_requests() == 0
     assert llm.finished == [llm.started[-1]]

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from speech import espeak, normalize, word_error_rate
 
+from vad.end_of_turn import Rule
 from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.bench.paused import (
     COMPLETE_QUESTIONS,
@@ -258,6 +259,11 @@ async def test_a_reply_started_but_not_heard_is_dropped_and_the_turn_merged(
     rec = turns[0]
     print(f"gap {gap_s:.2f} s: {rec.continuations} continuation(s), {rec.user_text!r}")
     assert rec.continuations >= 1
+    # the record says how the turn had ended before the user went on: a complete question,
+    # ended by a rule that waits no longer than the gap (not "incomplete")
+    print("undone:", [e.as_dict() for e in rec.undone_ends])
+    assert len(rec.undone_ends) == rec.continuations
+    assert rec.undone_ends[0].rule is not Rule.INCOMPLETE and rec.undone_ends[0].silence_ms < gap_s * 1000
     assert "germany" in normalize(rec.user_text) and "france" in normalize(rec.user_text)
     assert [m.content for m in res.history if m.role == "user"] == [rec.user_text]
     assert not rec.interrupted and rec.assistant_text

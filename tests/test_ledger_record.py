@@ -41,6 +41,9 @@ def test_a_record_on_the_wire_grid_comes_back_equal() -> None:
     assert grid.end_of_turn == EndOfTurnRecord(
         Rule.UNSURE, 612.3, 600.0, 0.457, Cue.COMPLETE, 80.0, 120.1, 33.3, patience_ms=350.0
     )
+    assert grid.undone_ends == (
+        EndOfTurnRecord(Rule.COMPLETE, 256.0, 250.0, 0.951, Cue.NEUTRAL, 150.1, 220.0, 60.1),
+    )
 
 
 def test_wasted_audio_is_what_the_record_shows_synthesized_minus_heard() -> None:
@@ -67,3 +70,20 @@ def test_a_missing_key_is_a_key_error(key: str) -> None:
     del d[key]
     with pytest.raises(KeyError):
         TurnRecord.from_dict(d)
+
+
+def test_a_continued_turn_keeps_each_end_the_user_undid_and_ends_with_the_last() -> None:
+    led = TurnLedger(5, BudgetConfig())
+    first = EndOfTurnRecord(Rule.COMPLETE, 256.0, 250.0, 0.95, Cue.NEUTRAL)
+    second = EndOfTurnRecord(Rule.UNSURE, 512.0, 500.0, 0.2, Cue.COMPLETE, patience_ms=250.0)
+    final = EndOfTurnRecord(Rule.INCOMPLETE, 2016.0, 2000.0, 0.01, Cue.NEUTRAL)
+    for undone in (first, second):
+        led.end_of_turn = undone
+        led.continued(tokens=3, audio_s=0.5)
+        assert led.end_of_turn is None
+    led.end_of_turn = final
+    rec = led.finish(
+        user_text="a b c", assistant_text="ok", heard_text="ok", interrupted=False, audio_heard_s=1.0
+    )
+    assert rec.continuations == 2 and rec.undone_ends == (first, second) and rec.end_of_turn == final
+    assert [e["rule"] for e in rec.as_dict()["undone_ends"]] == ["complete", "unsure"]  # type: ignore[index]

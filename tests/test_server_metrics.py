@@ -105,6 +105,20 @@ def test_end_of_turn_rules_and_continuations_are_counted() -> None:
     assert v['voice_pipeline_end_of_turn_total{rule="max_turn"}'] == 1
     assert v["voice_pipeline_continuations_total"] == 2
     assert v["voice_pipeline_turns_total"] == 5
+    assert not any(k.startswith("voice_pipeline_ends_undone_total") for k in v)
+
+
+def test_ends_the_user_undid_are_counted_by_the_rule_that_made_them() -> None:
+    m = ServerMetrics()
+    early = EndOfTurnRecord(rule="complete", silence_ms=256.0, wait_ms=250.0, p_complete=0.95, cue="neutral")
+    unsure = dataclasses.replace(early, rule="unsure")
+    last = dataclasses.replace(early, rule="incomplete", silence_ms=2016.0)
+    rec = dataclasses.replace(record(), end_of_turn=last, continuations=3, undone_ends=(early, early, unsure))
+    m.observe(ev.TurnCompleted(1, 0, rec))
+    v = values(m.render())
+    assert v['voice_pipeline_ends_undone_total{rule="complete"}'] == 2
+    assert v['voice_pipeline_ends_undone_total{rule="unsure"}'] == 1
+    assert v['voice_pipeline_end_of_turn_total{rule="incomplete"}'] == 1
 
 
 def test_buckets_are_cumulative() -> None:

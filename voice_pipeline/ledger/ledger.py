@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.ledger.records import (
+    UNDONE_KEPT,
     BudgetBreach,
     EndOfTurnRecord,
     FailedStage,
@@ -196,6 +197,7 @@ class TurnLedger:
         self.failed: FailedStage | None = None
         self.end_of_turn: EndOfTurnRecord | None = None
         self.continuations = 0
+        self.undone_ends: tuple[EndOfTurnRecord, ...] = ()
         self.first_audio_held_ms = 0.0
         self.discarded_tokens = 0
         self.discarded_audio_s = 0.0
@@ -245,7 +247,7 @@ class TurnLedger:
 
     def continued(self, tokens: int, audio_s: float) -> None:
         """The user went on speaking: the turn is open again. Everything after its speech
-        start is forgotten; the dropped reply's work is kept as discarded."""
+        start is forgotten; the dropped reply's work is kept as discarded, its end in ``undone_ends``."""
         self._marks = {m: t for m, t in self._marks.items() if m is Mark.SPEECH_START}
         self._spans.clear()
         self._breaches.clear()
@@ -255,13 +257,11 @@ class TurnLedger:
         self.discarded_audio_s += audio_s
         self.llm_tokens, self.first_audio_held_ms = 0, 0.0
         self.audio_synthesized_s = 0.0
-        self.asr_decode_ms = 0.0
-        self.asr_speculative = False
-        self.llm_prefetched = False
-        self.false_interruptions = 0
-        self.end_of_turn = None
-        self.llm_prompt_tokens = self.llm_cached_tokens = None
-        self.llm_prefill_ms = None
+        self.asr_decode_ms, self.asr_speculative = 0.0, False
+        self.llm_prefetched, self.false_interruptions = False, 0
+        if self.end_of_turn is not None:  # kept: how the turn was ended too soon
+            self.undone_ends, self.end_of_turn = (*self.undone_ends, self.end_of_turn)[:UNDONE_KEPT], None
+        self.llm_prompt_tokens = self.llm_cached_tokens = self.llm_prefill_ms = None
 
     def compute(self, name: Span, start_ns: int, end_ns: int) -> None:
         """Record a model's compute span on the critical path (the first one of a name wins)."""
@@ -321,6 +321,7 @@ class TurnLedger:
             overhead_ms=None if path is None else path[1],
             end_of_turn=self.end_of_turn,
             continuations=self.continuations,
+            undone_ends=self.undone_ends,
             first_audio_held_ms=self.first_audio_held_ms,
             discarded_tokens=self.discarded_tokens,
             discarded_audio_s=self.discarded_audio_s,

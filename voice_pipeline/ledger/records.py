@@ -97,6 +97,11 @@ class WorkAccount:
         return round(self.llm_tokens * (1 - self.heard_chars / self.text_chars))
 
 
+#: the ends of turn the user undid that a turn's record keeps (its first ones; ``continuations``
+#: counts them all): a turn is bounded by ``vad.max_turn_s``, its record by this
+UNDONE_KEPT = 16
+
+
 @dataclass(frozen=True, slots=True)
 class EndOfTurnRecord:
     """How the user's turn was decided over (see vad/end_of_turn.py)."""
@@ -118,6 +123,11 @@ class EndOfTurnRecord:
     sound_compute_ms: float | None = None
     #: of ``wait_ms``, what this speaker's patience added (they went on after an earlier end)
     patience_ms: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EndOfTurnRecord:
+        """The inverse of :meth:`as_dict`."""
+        return cls(**{**d, "rule": Rule(d["rule"]), "cue": None if d["cue"] is None else Cue(d["cue"])})
 
     def as_dict(self) -> dict[str, object]:
         def r(v: float | None, nd: int = 1) -> float | None:
@@ -186,6 +196,8 @@ class TurnRecord:
     #: times the user went on after the end of this turn, before its reply was heard
     #: (the reply was dropped and both parts transcribed as one message)
     continuations: int = 0
+    #: how the first :data:`UNDONE_KEPT` of those ends were decided: the rule that ended the turn too soon
+    undone_ends: tuple[EndOfTurnRecord, ...] = ()
     #: how long the reply's first audio, ready, waited for a voice that then was not the user
     #: going on (ms; voice_pipeline.turntaking.ending.Continuation.holds): the user's wait, no breach
     first_audio_held_ms: float = 0.0
@@ -229,6 +241,7 @@ class TurnRecord:
             "filler_ms": None if self.filler_ms is None else round(self.filler_ms, 1),
             "end_of_turn": None if self.end_of_turn is None else self.end_of_turn.as_dict(),
             "continuations": self.continuations,
+            "undone_ends": [e.as_dict() for e in self.undone_ends],
             "first_audio_held_ms": round(self.first_audio_held_ms, 1),
             "critical_path": {
                 "compute_ms": {k: round(v, 1) for k, v in self.compute_ms.items()},
@@ -263,8 +276,8 @@ class TurnRecord:
             interruption=None if kind is None else InterruptionKind(kind),
             failed=None if failed is None else FailedStage(failed),
             compute_ms=_enum_keys(Span, path["compute_ms"]), overhead_ms=path["overhead_ms"],
-            end_of_turn=None if eot is None else EndOfTurnRecord(**{
-                **eot, "rule": Rule(eot["rule"]), "cue": None if eot["cue"] is None else Cue(eot["cue"])}),
+            end_of_turn=None if eot is None else EndOfTurnRecord.from_dict(eot),
+            undone_ends=tuple(EndOfTurnRecord.from_dict(e) for e in d.get("undone_ends", ())),
             discarded_tokens=gone["llm_tokens"], discarded_audio_s=gone["audio_s"],
             speculation=None if d.get("speculation") is None else SpeculationRecord(**d["speculation"]),
         )  # fmt: skip

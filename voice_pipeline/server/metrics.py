@@ -187,6 +187,8 @@ class ServerMetrics:
     end_of_turn: dict[str, int] = field(default_factory=dict)
     #: ends of turn undone because the user went on before hearing the reply
     continuations: int = 0
+    #: ... by the rule that had ended the turn (counted when the turn completes)
+    ends_undone: dict[str, int] = field(default_factory=dict)
     budget_violations: dict[str, int] = field(default_factory=dict)
     stage_latency: dict[str, Histogram] = field(default_factory=lambda: {s.name: Histogram() for s in STAGES})
     #: per stage: over budget or not, for its last ``budget_window`` measurements
@@ -218,6 +220,8 @@ class ServerMetrics:
                 if record.end_of_turn is not None:
                     rule = record.end_of_turn.rule
                     self.end_of_turn[rule] = self.end_of_turn.get(rule, 0) + 1
+                for undone in record.undone_ends:
+                    self.ends_undone[undone.rule] = self.ends_undone.get(undone.rule, 0) + 1
                 for stage, ms in record.stages_ms.items():
                     self.stage_latency.setdefault(stage, Histogram()).observe(ms / 1000)
                 for breach in record.budgets_broken:
@@ -276,6 +280,13 @@ class ServerMetrics:
             "counter",
             "Ends of turn undone: the user went on speaking before hearing the reply.",
             [("", self.continuations)],
+        )
+        metric(
+            "ends_undone_total",
+            "counter",
+            "Ends of turn the user undid by going on, by the rule that had ended the turn: "
+            "which rule ends turns too soon (counted when the turn completes).",
+            [(f'{{rule="{_label(r)}"}}', n) for r, n in sorted(self.ends_undone.items())],
         )
         metric(
             "budget_violations_total",

@@ -1,0 +1,39 @@
+"""Turn-taking variants the benchmarks compare with the defaults (pure).
+
+``noverdict``: no longer wait after neutral words for a turn model's verdict on its way
+(``turn.verdict_silence_ms`` = ``turn.unsure_silence_ms``). ``wait<N>``: the short wait
+(``vad.end_silence_ms``) N ms, the medium and verdict waits raised to it where shorter:
+the price in latency of keeping quiet through longer pauses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from voice_pipeline.config import Config, validate
+from voice_pipeline.errors import ConfigError
+
+_WAIT = re.compile(r"wait(\d+)")
+
+
+def turn_variant(base: Config, mode: str) -> Config | None:
+    """``base`` changed as ``mode`` says, or None when ``mode`` is not one of these."""
+    if mode == "noverdict":
+        turn = dataclasses.replace(base.turn, verdict_silence_ms=base.turn.unsure_silence_ms)
+        return dataclasses.replace(base, turn=turn)
+    if (m := _WAIT.fullmatch(mode)) is None:
+        return None
+    wait = int(m.group(1))
+    turn = dataclasses.replace(
+        base.turn,
+        unsure_silence_ms=max(wait, base.turn.unsure_silence_ms),
+        verdict_silence_ms=max(wait, base.turn.verdict_silence_ms),
+        incomplete_silence_ms=max(wait, base.turn.incomplete_silence_ms),
+    )
+    cfg = dataclasses.replace(base, vad=dataclasses.replace(base.vad, end_silence_ms=wait), turn=turn)
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        raise ValueError(f"mode {mode!r}: {exc}") from exc
+    return cfg
