@@ -22,7 +22,7 @@ from voice_pipeline.config import Config
 from voice_pipeline.cpu import parse_cpu
 from voice_pipeline.ledger.records import UNDONE_KEPT
 from voice_pipeline.tuning import Tuning, choose
-from voice_pipeline.turntaking.ending import Patience
+from voice_pipeline.turntaking.ending import HESITATION_MARGIN_MS, Patience
 
 FRAME_S = 512 / RATE
 
@@ -170,7 +170,7 @@ def test_patience_counts_only_the_ends_the_policy_chose() -> None:
 
 def test_patience_stays_while_the_speaker_goes_on_after_the_pauses_it_kept() -> None:
     p = Patience(1000, used_from_ms=500)
-    p.resumed(1200)  # no patience yet: a long pause held by the words starts none
+    p.resumed(1200)  # no patience yet: a long pause held by the words is a hesitation, this turn's only
     assert p.extra_ms == 0
     p.continued(Rule.COMPLETE)
     p.new_turn()
@@ -185,6 +185,29 @@ def test_patience_stays_while_the_speaker_goes_on_after_the_pauses_it_kept() -> 
     assert p.extra_ms == 1000
     p.new_turn()
     assert p.extra_ms == 750
+
+
+def test_a_hesitation_raises_the_short_wait_to_the_pause_for_the_rest_of_the_turn() -> None:
+    p = Patience(1000, used_from_ms=500)
+    base = EndOfTurnPolicy(250, 500, 2000)
+    p.resumed(499)  # shorter than the medium wait: the policy alone kept it, no hesitation
+    assert p.policy(base) is base
+    p.resumed(540)  # the words held this pause: the short wait covers it and the margin
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=540 + HESITATION_MARGIN_MS - 250)
+    p.resumed(520)  # the longest hesitation counts
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=540 + HESITATION_MARGIN_MS - 250)
+    p.resumed(1700)  # at most the full patience
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1000)
+    assert p.extra_ms == 0  # nothing of it for the next turn
+    p.new_turn()
+    assert p.policy(base) is base
+    # after a continuation the session's patience, if greater, is what counts
+    p.continued(Rule.COMPLETE)
+    p.resumed(600)
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1000)
+    off = Patience(0, used_from_ms=500)  # patience off: no hesitation either
+    off.resumed(1500)
+    assert off.policy(base) is base
 
 
 async def test_speech_within_the_grace_after_the_first_audio_continues_and_flushes_it(h: Harness) -> None:

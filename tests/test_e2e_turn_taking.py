@@ -197,6 +197,44 @@ def test_complete_questions_are_still_answered_at_once(questions: list[RunResult
     print(f"complete questions: voice-to-voice p50 {np.percentile(v2v, 50):.0f} ms, max {max(v2v):.0f} ms")
 
 
+async def test_a_speaker_who_hesitated_is_not_answered_at_their_next_pause(
+    engines: Engines, config: Config
+) -> None:
+    """A hesitation: "The thing is ... I don't really know ... what to cook." The words hold
+    the first pause (a copula after a noun), past the medium wait; the speaker goes on. At
+    the second pause the words read finished, and a turn that had not seen the hesitation
+    ends there and is undone when the speaker goes on (the control, patience off). With it,
+    the short wait covers the pause the speaker made: one turn, nothing ended or said in a
+    pause. Words alone (no turn model), so the words decide each pause on any machine."""
+    words_alone = dataclasses.replace(engines, turn=None)
+    cfg = dataclasses.replace(config, llm=dataclasses.replace(config.llm, max_tokens=24))
+    pause_s = 0.7
+    assert cfg.turn.unsure_silence_ms + 100 < pause_s * 1000 < cfg.turn.incomplete_silence_ms - 500
+    phrases = ("The thing is", "I don't really know", "what to cook.")
+    clip = paused_clip(lambda t: espeak(t, voice="en-us+f3"), phrases, [pause_s, pause_s], RATE)
+    for patience_ms in (cfg.turn.patience_ms, 0):
+        run = dataclasses.replace(cfg, turn=dataclasses.replace(cfg.turn, patience_ms=patience_ms))
+        res = await speak(words_alone, run, clip.samples)
+        turns = [r for r in res.records if r.user_text]
+        heard = reply_heard_in_pauses(res.output, res.output_rate_hz, clip, LEAD_S)
+        print(
+            f"patience {patience_ms}: heard {heard}",
+            [(r.user_text, r.end_of_turn, r.undone_ends) for r in turns],
+        )
+        assert len(turns) == 1, [r.user_text for r in turns]
+        (rec,) = turns
+        assert {"thing", "know", "cook"} <= set(normalize(rec.user_text).split())
+        eot = rec.end_of_turn
+        assert eot is not None and eot.rule is Rule.COMPLETE  # neutral words, no model
+        if patience_ms:
+            assert rec.continuations == 0 and rec.undone_ends == () and heard == [0.0, 0.0]
+            assert 0 < eot.patience_ms <= patience_ms and eot.wait_ms > pause_s * 1000
+            assert rec.assistant_text and not rec.interrupted
+        else:  # the second pause ended the turn, and the speaker going on undid it
+            assert rec.continuations >= 1 and rec.undone_ends[0].rule is Rule.COMPLETE
+            assert rec.undone_ends[0].silence_ms < pause_s * 1000 and eot.patience_ms == 0
+
+
 async def test_a_speaker_who_went_on_is_not_talked_over_at_their_next_pause(
     engines: Engines, config: Config
 ) -> None:

@@ -29,7 +29,11 @@ end, so the reply risks being heard over them again at their next pause.
 grow by ``turn.patience_ms`` after a continuation, stay while the speaker goes on after
 pauses that patience kept (longer than the medium wait), and shrink back by a quarter of
 it with each turn without such a pause (a speaker who stopped pausing gets the short
-wait back four turns later).
+wait back four turns later). Before any continuation, a speaker who hesitated in a turn (a
+pause past the medium wait that the words or the sound held, then more speech) gets, for
+the rest of that turn only, a short wait that covers that pause (plus
+:data:`HESITATION_MARGIN_MS`, at most ``turn.patience_ms`` more): "Can you tell me ... what
+the weather will be like ... tomorrow morning?" is not answered at its second pause.
 """
 
 from __future__ import annotations
@@ -108,6 +112,10 @@ class Continuation:
 PATIENT_RULES = frozenset({Rule.COMPLETE, Rule.UNSURE, Rule.NO_VERDICT, Rule.INCOMPLETE})
 
 
+#: a hesitation's patience covers the pause it saw and this much more (the next one may be longer)
+HESITATION_MARGIN_MS = 100
+
+
 class Patience:
     """How much longer than the policy's waits this session waits (``turn.patience_ms``)."""
 
@@ -118,6 +126,8 @@ class Patience:
         self._used_from_ms = used_from_ms
         self.extra_ms = 0
         self._kept = False  # continued, or patience was used: the next turn waits in full
+        #: the longest pause the speaker broke in this turn when it was not patience's (ms)
+        self._hesitated_ms = 0
 
     def continued(self, ended_by: Rule | None) -> None:
         """A turn ended by ``ended_by`` was continued: the speaker had not finished."""
@@ -126,20 +136,35 @@ class Patience:
 
     def resumed(self, silence_ms: int) -> None:
         """The speaker broke a pause of ``silence_ms`` in their turn: if patience held the
-        turn through it, it is still needed (in full, and for the next turn too)."""
-        if self.extra_ms and silence_ms >= self._used_from_ms:
+        turn through it, it is still needed (in full, and for the next turn too). Without
+        patience, a pause longer than the medium wait (the words or the sound said the
+        utterance was unfinished) is a hesitation: for the rest of this turn the waits cover
+        a pause that long (:meth:`policy`), so a speaker who hesitated once in a sentence is
+        not answered at the next such pause, after a phrase that reads finished."""
+        if silence_ms < self._used_from_ms:
+            return
+        if self.extra_ms:
             self.extra_ms, self._kept = self._full, True
+        else:
+            self._hesitated_ms = max(self._hesitated_ms, silence_ms)
 
     def new_turn(self) -> None:
         """A new user turn began: it waits in full after a turn that was continued or used
         patience, and a quarter less after each one that did not."""
+        self._hesitated_ms = 0  # a hesitation is this turn's only
         if self._kept:
             self._kept = False
         else:
             self.extra_ms = max(0, self.extra_ms - self._full // 4)
 
     def policy(self, base: EndOfTurnPolicy | None) -> EndOfTurnPolicy | None:
-        """``base`` with the waits this session needs now."""
-        if base is None or base.patience_ms == self.extra_ms:
-            return base
-        return dataclasses.replace(base, patience_ms=self.extra_ms)
+        """``base`` with the waits this session needs now: the patience, or for a speaker who
+        hesitated in this turn the short wait raised to their pause (and
+        :data:`HESITATION_MARGIN_MS`), at most ``turn.patience_ms`` more; the greater."""
+        if base is None:
+            return None
+        hesitation = 0
+        if self._hesitated_ms:
+            hesitation = min(self._full, self._hesitated_ms + HESITATION_MARGIN_MS - base.short_silence_ms)
+        extra = max(self.extra_ms, hesitation)
+        return base if base.patience_ms == extra else dataclasses.replace(base, patience_ms=extra)
