@@ -22,7 +22,7 @@ from voice_pipeline.config import Config
 from voice_pipeline.cpu import parse_cpu
 from voice_pipeline.ledger.records import UNDONE_KEPT
 from voice_pipeline.tuning import Tuning, choose
-from voice_pipeline.turntaking.ending import HESITATION_MARGIN_MS, Patience
+from voice_pipeline.turntaking.ending import HESITATION_MARGIN_MS, HESITATION_MIN_MS, Patience
 
 FRAME_S = 512 / RATE
 
@@ -190,7 +190,7 @@ def test_patience_stays_while_the_speaker_goes_on_after_the_pauses_it_kept() -> 
 def test_a_hesitation_raises_the_short_wait_to_the_pause_for_the_rest_of_the_turn() -> None:
     p = Patience(1000, used_from_ms=500)
     base = EndOfTurnPolicy(250, 500, 2000)
-    p.resumed(499)  # shorter than the medium wait: the policy alone kept it, no hesitation
+    p.resumed(HESITATION_MIN_MS - 1)  # the pauses of fluent speech: no hesitation
     assert p.policy(base) is base
     p.resumed(540)  # the words held this pause: the short wait covers it and the margin
     assert p.policy(base) == dataclasses.replace(base, patience_ms=540 + HESITATION_MARGIN_MS - 250)

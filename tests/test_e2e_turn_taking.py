@@ -40,7 +40,7 @@ from voice_pipeline.conversation import utterance as utterance_module
 from voice_pipeline.conversation.clause_audio import ClauseAudio
 from voice_pipeline.engines import Engines
 from voice_pipeline.runner import RunResult, run_audio
-from voice_pipeline.turntaking.ending import Continuation
+from voice_pipeline.turntaking.ending import HESITATION_MIN_MS, Continuation
 from voice_pipeline.turntaking.phases import Phase, TurnState
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ async def test_a_speaker_who_hesitated_is_not_answered_at_their_next_pause(
     engines: Engines, config: Config
 ) -> None:
     """A hesitation: "The thing is ... I don't really know ... what to cook." The words hold
-    the first pause (a copula after a noun), past the medium wait; the speaker goes on. At
+    the first pause (a copula after a noun) for 0.7 s; the speaker goes on. At
     the second pause the words read finished, and a turn that had not seen the hesitation
     ends there and is undone when the speaker goes on (the control, patience off). With it,
     the short wait covers the pause the speaker made: one turn, nothing ended or said in a
@@ -209,7 +209,7 @@ async def test_a_speaker_who_hesitated_is_not_answered_at_their_next_pause(
     words_alone = dataclasses.replace(engines, turn=None)
     cfg = dataclasses.replace(config, llm=dataclasses.replace(config.llm, max_tokens=24))
     pause_s = 0.7
-    assert cfg.turn.unsure_silence_ms + 100 < pause_s * 1000 < cfg.turn.incomplete_silence_ms - 500
+    assert HESITATION_MIN_MS + 100 < pause_s * 1000 < cfg.turn.incomplete_silence_ms - 500
     phrases = ("The thing is", "I don't really know", "what to cook.")
     clip = paused_clip(lambda t: espeak(t, voice="en-us+f3"), phrases, [pause_s, pause_s], RATE)
     for patience_ms in (cfg.turn.patience_ms, 0):

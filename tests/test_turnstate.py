@@ -59,7 +59,7 @@ VAD = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=
 TURN = TurnConfig(unsure_silence_ms=192, incomplete_silence_ms=320, continuation_grace_ms=96, patience_ms=0)
 PATIENT = dataclasses.replace(TURN, patience_ms=128)  # 4 frames, a quarter of it 1 frame
 #: room for a hesitation's patience below the long wait
-HESITANT = dataclasses.replace(TURN, incomplete_silence_ms=640, patience_ms=320)
+HESITANT = dataclasses.replace(TURN, incomplete_silence_ms=960, patience_ms=480)
 BARGE = BargeInConfig(min_speech_ms=64, confirm_speech_ms=160)
 POLICY = EndOfTurnPolicy(VAD.end_silence_ms, TURN.unsure_silence_ms, TURN.incomplete_silence_ms)
 LONG_TURNS = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)
@@ -479,16 +479,16 @@ CASES = [
         [
             *ASK,
             (Words(Cue.INCOMPLETE), [], {1: MF}),  # the long wait holds the pause
-            (Frames("......"), [], {1: MF}),
-            (Frames("#"), [StopSpeculating(1)], {1: L}),  # 224 ms: past the 192 ms medium wait
-            (Frames("#."), [Speculate(1, 11 * F)], {1: MF}),
-            # a phrase that reads and sounds finished: the short wait covers the 224 ms hesitation
-            # and the margin: 96 + (224 + 100 - 96) = 324 ms, decided at 352 (11 frames)
-            *answered(speech_end_frame=11, decided=22, patience_ms=228),
+            (Frames("." * 12), [], {1: MF}),
+            (Frames("#"), [StopSpeculating(1)], {1: L}),  # 416 ms: a hesitation (400 ms or more)
+            (Frames("#."), [Speculate(1, 17 * F)], {1: MF}),
+            # a phrase that reads and sounds finished: the short wait covers the 416 ms hesitation
+            # and the margin: 96 + (416 + 100 - 96) = 516 ms, decided at 544 (17 frames)
+            *answered(speech_end_frame=17, decided=34, patience_ms=420),
             (Finished(1), [Seal(1)], {}),
-            (Frames("##"), [BeginTurn(2, 22 * F, 22 * F, None)], {2: L}),
-            (Frames("."), [Speculate(2, 24 * F)], {2: MF}),
-            *answered(2, speech_end_frame=24, decided=27),  # a new turn: the short wait
+            (Frames("##"), [BeginTurn(2, 34 * F, 34 * F, None)], {2: L}),
+            (Frames("."), [Speculate(2, 36 * F)], {2: MF}),
+            *answered(2, speech_end_frame=36, decided=39),  # a new turn: the short wait
         ],
         make=lambda: machine(turn=HESITANT),
     ),

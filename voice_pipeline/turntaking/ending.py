@@ -30,7 +30,7 @@ grow by ``turn.patience_ms`` after a continuation, stay while the speaker goes o
 pauses that patience kept (longer than the medium wait), and shrink back by a quarter of
 it with each turn without such a pause (a speaker who stopped pausing gets the short
 wait back four turns later). Before any continuation, a speaker who hesitated in a turn (a
-pause past the medium wait that the words or the sound held, then more speech) gets, for
+pause of :data:`HESITATION_MIN_MS` or more that did not end it, then more speech) gets, for
 the rest of that turn only, a short wait that covers that pause (plus
 :data:`HESITATION_MARGIN_MS`, at most ``turn.patience_ms`` more): "Can you tell me ... what
 the weather will be like ... tomorrow morning?" is not answered at its second pause.
@@ -112,6 +112,9 @@ class Continuation:
 PATIENT_RULES = frozenset({Rule.COMPLETE, Rule.UNSURE, Rule.NO_VERDICT, Rule.INCOMPLETE})
 
 
+#: a pause this long that did not end the turn is a hesitation: people's are 0.5-1.2 s, which
+#: the VAD measures 30-60 ms short (32 ms frames); the pauses of fluent speech are shorter
+HESITATION_MIN_MS = 400
 #: a hesitation's patience covers the pause it saw and this much more (the next one may be longer)
 HESITATION_MARGIN_MS = 100
 
@@ -137,15 +140,14 @@ class Patience:
     def resumed(self, silence_ms: int) -> None:
         """The speaker broke a pause of ``silence_ms`` in their turn: if patience held the
         turn through it, it is still needed (in full, and for the next turn too). Without
-        patience, a pause longer than the medium wait (the words or the sound said the
-        utterance was unfinished) is a hesitation: for the rest of this turn the waits cover
-        a pause that long (:meth:`policy`), so a speaker who hesitated once in a sentence is
-        not answered at the next such pause, after a phrase that reads finished."""
-        if silence_ms < self._used_from_ms:
-            return
+        patience, a pause of :data:`HESITATION_MIN_MS` or more (held by the words or the
+        sound, or by evidence still on its way) is a hesitation: for the rest of this turn
+        the waits cover a pause that long (:meth:`policy`), so a speaker who hesitated once in
+        a sentence is not answered at the next such pause, after a phrase that reads finished."""
         if self.extra_ms:
-            self.extra_ms, self._kept = self._full, True
-        else:
+            if silence_ms >= self._used_from_ms:
+                self.extra_ms, self._kept = self._full, True
+        elif silence_ms >= HESITATION_MIN_MS:
             self._hesitated_ms = max(self._hesitated_ms, silence_ms)
 
     def new_turn(self) -> None:
