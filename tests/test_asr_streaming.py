@@ -75,9 +75,7 @@ def executor() -> Iterator[ThreadPoolExecutor]:
     pool.shutdown(wait=True)
 
 
-def make(
-    engine: FakeEngine, executor: ThreadPoolExecutor, **cfg: Any
-) -> UtteranceTranscriber:
+def make(engine: FakeEngine, executor: ThreadPoolExecutor, **cfg: Any) -> UtteranceTranscriber:
     asr_cfg = ASRConfig(**{"partial_interval_ms": 500, **cfg})
     return UtteranceTranscriber(engine, asr_cfg, executor=executor)
 
@@ -382,9 +380,7 @@ async def test_start_discards_the_previous_speculation(executor: ThreadPoolExecu
 async def test_final_waits_for_a_running_speculation(executor: ThreadPoolExecutor) -> None:
     engine = FakeEngine(growing, gated=True)
     ticks = iter([0, 7_000_000])
-    tr = UtteranceTranscriber(
-        engine, ASRConfig(), executor=executor, clock=lambda: next(ticks)
-    )
+    tr = UtteranceTranscriber(engine, ASRConfig(), executor=executor, clock=lambda: next(ticks))
     tr.start(ms(1000))
     tr.speculate()
     await wait_entered(engine)
@@ -395,8 +391,12 @@ async def test_final_waits_for_a_running_speculation(executor: ThreadPoolExecuto
     final = await final_task
     assert 0 < final.decode_start_ns <= final.decode_end_ns  # stamped in the decoding thread
     assert dataclasses.replace(final, decode_start_ns=0, decode_end_ns=0) == FinalTranscript(
-        text="what is", words=("what", "is"), audio_s=1.0, decode_ms=1.0,
-        speculative=True, waited_ms=7.0,
+        text="what is",
+        words=("what", "is"),
+        audio_s=1.0,
+        decode_ms=1.0,
+        speculative=True,
+        waited_ms=7.0,
     )
     await tr.aclose()
 
