@@ -171,7 +171,7 @@ class FasterWhisperASR:
         silent = bool(self.windows) if pad_silence is None else pad_silence
         #: one decode per CTranslate2 worker at a time, taken here (not in CTranslate2's queue) so a
         #: decode that waited behind another can learn that it is void before it runs
-        self._turns = threading.Semaphore(max(1, cfg.num_workers))
+        self._turns = threading.Semaphore(self.workers)
         self._window: WindowDecoder | None = None
         if window_s is not None:
             self._window = WindowDecoder(
@@ -181,6 +181,11 @@ class FasterWhisperASR:
                 window_s=window_s,
                 pad_silence=silent,
             )
+
+    @property
+    def workers(self) -> int:
+        """Decodes that may run at once (``asr.num_workers``, as chosen for the machine)."""
+        return max(1, self._cfg.num_workers)
 
     @property
     def window_max_s(self) -> float:

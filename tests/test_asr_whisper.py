@@ -289,25 +289,28 @@ async def test_a_pause_decode_stops_after_the_encoder_once_the_speaker_went_on(
 async def test_a_pause_decode_that_waited_behind_another_is_dropped_before_it_runs(
     fw_asr: FasterWhisperASR, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two short pauses in one sentence on a busy engine: the second pause's decode waits for
-    the first's turn on the model; the speaker went on meanwhile, so it never runs, and the
-    decode at the real end waits behind one decode, not two (a 2-core AVX2 EPYC: 0.5-0.7 s
-    each)."""
+    """Two short pauses in one sentence on a busy engine (other sessions' decodes on every
+    worker): the second pause's decode waits for a turn on the model; the speaker went on
+    meanwhile, so it never runs, and the decode at the real end waits behind one decode, not
+    two (a 2-core AVX2 EPYC: 0.5-0.7 s each)."""
     speech = concat(silence(0.15), espeak("Can you recommend a good book?", voice="en-gb+m1"))
     window_decode = fw_asr.transcribe_window
     decoded: list[float] = []
-    entered, release = threading.Event(), threading.Event()
+    busy = fw_asr.workers
+    entered, release = threading.Semaphore(0), threading.Event()
+    held = iter(range(busy))
 
     def window(samples: Any, **kw: Any) -> Any:
         decoded.append(samples.size / RATE)
-        if not entered.is_set():
-            entered.set()
-            assert release.wait(10)  # another session's decode holds the model
+        if next(held, None) is not None:
+            entered.release()
+            assert release.wait(10)  # another session's decode holds a worker
         return window_decode(samples, **kw)
 
     monkeypatch.setattr(fw_asr, "transcribe_window", window)
-    other = asyncio.ensure_future(asyncio.to_thread(fw_asr.transcribe, speech))
-    assert await asyncio.to_thread(entered.wait, 10)
+    others = [asyncio.ensure_future(asyncio.to_thread(fw_asr.transcribe, speech)) for _ in range(busy)]
+    for _ in range(busy):
+        assert await asyncio.to_thread(entered.acquire, True, 10)
     transcriber = UtteranceTranscriber(fw_asr, ASRConfig(partial_interval_ms=0))
     try:
         transcriber.start(speech[:RATE])
@@ -317,11 +320,11 @@ async def test_a_pause_decode_that_waited_behind_another_is_dropped_before_it_ru
         transcriber.append(speech[RATE:])
         transcriber.speculate()  # the real end
         release.set()
-        await other
+        await asyncio.gather(*others)
         final = await transcriber.final()
     finally:
         await transcriber.aclose()
-    assert decoded == [pytest.approx(speech.size / RATE)] * 2  # the other's and the real end's
+    assert decoded == [pytest.approx(speech.size / RATE)] * (busy + 1)  # the others' and the real end's
     assert final.speculative and word_error_rate("Can you recommend a good book?", final.text) <= 0.25
 
 

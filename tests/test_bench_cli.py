@@ -221,6 +221,7 @@ def test_the_report_names_the_machine_it_ran_on() -> None:
     assert (server["llm_dtype"], server["llm_threads"], server["kv_block_tokens"]) == ("float32", 1, 32)
     line = "server machine: AVX2, 2 cores (AMD EPYC); LLM float32, 1 thread(s), KV blocks of 32 tokens"
     assert line in format_text(res)
+    assert f"{line}; ASR 1 thread(s), 2 decode(s) at once" in format_text(res)
     assert "bench machine" not in format_text(res)  # the same machine: said once
     floors = "server floors: memory 23.0 GB/s, matmul 140.0 GFLOPS (float32); LLM link >= 1.52 ms per prompt"
     assert floors in format_text(res) and ">= 23.4 ms per generated token" in format_text(res)

@@ -113,6 +113,9 @@ def test_auto_choices(
     resolved = t.llm(AUTO_LLM)
     assert (resolved.dtype, resolved.threads, resolved.kv_block_tokens) == (dtype, llm_threads, block)
     assert t.asr(AUTO_ASR).cpu_threads == asr_threads
+    # two Whisper decodes at once wherever there is a second core (sessions ending together)
+    assert t.asr_workers == t.asr(AUTO_ASR).num_workers == (1 if cores == 1 else 2)
+    assert t.as_dict()["asr_workers"] == t.asr_workers
 
 
 @pytest.mark.parametrize(
@@ -138,8 +141,9 @@ def test_torch_compile_where_it_was_measured_to_pay(flags: str, env: dict[str, s
 @pytest.mark.parametrize("flags", [EPYC_BF16, EPYC_AVX2, OLD])
 def test_an_explicit_config_value_always_wins(flags: str) -> None:
     llm = LLMConfig(dtype="bfloat16", threads=2, kv_block_tokens=64, compile="eager")
-    t = choose(_cpu(flags, 2), llm, ASRConfig(cpu_threads=1))
+    t = choose(_cpu(flags, 2), llm, ASRConfig(cpu_threads=1, num_workers=1))
     assert (t.dtype, t.llm_threads, t.asr_threads, t.kv_block_tokens) == ("bfloat16", 2, 1, 64)
+    assert t.asr_workers == t.asr(ASRConfig()).num_workers == 1
     assert t.compile == "eager" and t.llm(LLMConfig()).compile == "eager"
     assert all(c.source is Source.CONFIG for c in t.choices)
     assert "set in the config" in t.summary()
@@ -151,6 +155,7 @@ def test_the_log_line_says_what_and_why() -> None:
     assert line.startswith("machine: AVX2, 2 cores (CPU); ")
     assert "llm.dtype=float32 (AVX2: no bf16 in hardware" in line
     assert "llm.threads=1" in line and "asr.cpu_threads=1" in line and "llm.kv_block_tokens=32" in line
+    assert "asr.num_workers=2 (sessions that end turns together decode at once)" in line
     assert t.as_dict()["llm_dtype"] == "float32" and t.as_dict()["cpu"]["class"] == "AVX2"  # type: ignore[index]
 
 
@@ -181,7 +186,7 @@ def test_the_turn_model_starts_where_its_verdict_comes_in_time(
 
 def test_remote_llm_names_only_what_is_used() -> None:
     t = choose(_cpu(EPYC_AVX2, 2), LLMConfig(engine="remote", url="http://x/v1"), AUTO_ASR)
-    assert [c.key for c in t.choices] == ["asr.cpu_threads"]
+    assert [c.key for c in t.choices] == ["asr.cpu_threads", "asr.num_workers"]
 
 
 def test_this_machine_is_read() -> None:

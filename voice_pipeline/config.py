@@ -115,7 +115,7 @@ class ASRConfig:
     language: str = "en"
     beam_size: int = 1
     cpu_threads: int = 0  # CTranslate2 threads; 0 = chosen for the machine (voice_pipeline/tuning.py)
-    num_workers: int = 1
+    num_workers: int = 0  # Whisper decodes at once (CTranslate2 workers); 0 = chosen (tuning.py)
     #: decode the growing utterance this often for partial transcripts (0 = no partials)
     partial_interval_ms: int = 600
     #: ... only where the warm-up's decode of a question took at most this (ms; 0 = always; tuning.py)
@@ -367,8 +367,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             "turn: need 0 < complete_threshold < 1, model_threads >= 1, continuation_grace_ms >= 0"
         )
-    if cfg.asr.max_pause_ms < 0 or cfg.asr.cpu_threads < 0:
-        raise ConfigError("asr: max_pause_ms (0 = off) and cpu_threads (0 = auto) must be >= 0")
+    if cfg.asr.max_pause_ms < 0 or cfg.asr.cpu_threads < 0 or cfg.asr.num_workers < 0:
+        raise ConfigError("asr: max_pause_ms (0 = off), cpu_threads and num_workers (0 = auto) must be >= 0")
     if cfg.audio.pipeline_rate_hz not in (8000, 16000):
         raise ConfigError("audio.pipeline_rate_hz: must be 8000 or 16000")
     if cfg.audio.frame_ms not in (10, 20, 30, 40, 60, 100):

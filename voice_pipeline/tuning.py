@@ -4,7 +4,8 @@ Pure: :func:`choose` turns the machine's :class:`~voice_pipeline.cpu.CPUInfo` (r
 :func:`voice_pipeline.cpu.this_cpu`) and the config into a :class:`Tuning` -- every
 machine-dependent value with the reason it was chosen. A value set explicitly in the
 config always wins; only the ``auto`` values (``llm.dtype: auto``,
-``llm.threads: 0``, ``llm.kv_block_tokens: 0``, ``asr.cpu_threads: 0``) are chosen here.
+``llm.threads: 0``, ``llm.kv_block_tokens: 0``, ``asr.cpu_threads: 0``, ``asr.num_workers:
+0``) are chosen here.
 
 The rules, and what they rest on (README "Thread budgets"; measurements on 2-core EPYCs, 2026-11):
 
@@ -20,6 +21,13 @@ The rules, and what they rest on (README "Thread budgets"; measurements on 2-cor
                               (on a 2-core AVX2 EPYC one thread decoded a 3 s question in
                               158 ms alone, two in 209; beside the LLM 237 vs 250) and on
                               a single core.
+``asr.num_workers``           2 on 2+ cores: two Whisper decodes may run at once. Sessions
+                              that end their turns together then decode side by side
+                              instead of queueing, and a pause's decode need not wait
+                              for a partial still running.
+                              4 sessions at once on a 2-core AVX-512 BF16 EPYC:
+                              endpointing p95 406-523 vs 445-1264 ms (session 22,
+                              docs/measurements.md). 1 on a single core.
 ``turn.model_start``          ``auto``: ``early`` on AVX2 and older -- there the words come
                               back 300-500 ms into a pause and a model started after them
                               was never back in time (``p_complete`` null in every turn);
@@ -104,6 +112,8 @@ class Tuning:
     turn_model_start: str = "words"
     #: the vLLM decode step: "eager" or "compile" (torch.compile)
     compile: str = "eager"
+    #: Whisper decodes that may run at once (``asr.num_workers``)
+    asr_workers: int = 1
 
     def llm(self, cfg: LLMConfig) -> LLMConfig:
         dtype = typing.cast(Dtype, self.dtype)
@@ -117,7 +127,7 @@ class Tuning:
         )
 
     def asr(self, cfg: ASRConfig) -> ASRConfig:
-        return replace(cfg, cpu_threads=self.asr_threads)
+        return replace(cfg, cpu_threads=self.asr_threads, num_workers=self.asr_workers)
 
     def summary(self) -> str:
         """The one line logged at start."""
@@ -145,6 +155,7 @@ class Tuning:
             "kv_block_tokens": self.kv_block_tokens if local else None,
             "llm_compile": self.compile if local else None,
             "asr_threads": self.asr_threads,
+            "asr_workers": self.asr_workers,
             "choices": [
                 {"key": c.key, "value": c.value, "source": str(c.source), "reason": c.reason}
                 for c in self.choices
@@ -185,6 +196,14 @@ def choose_asr_threads(cpu: CPUInfo, configured: int) -> Choice:
     return Choice("asr.cpu_threads", 2, Source.MACHINE, f"{cpu.cores} cores")
 
 
+def choose_asr_workers(cpu: CPUInfo, configured: int) -> Choice:
+    if configured > 0:
+        return Choice("asr.num_workers", configured, Source.CONFIG, "set in the config")
+    if cpu.cores == 1:
+        return Choice("asr.num_workers", 1, Source.MACHINE, "1 core")
+    return Choice("asr.num_workers", 2, Source.MACHINE, "sessions that end turns together decode at once")
+
+
 def choose_turn_model_start(cpu: CPUInfo, configured: str) -> Choice:
     if configured != "auto":
         return Choice("turn.model_start", configured, Source.CONFIG, "set in the config")
@@ -220,10 +239,12 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig, turn: TurnConfig | None
     dtype = choose_dtype(cpu, llm.dtype)
     threads = choose_llm_threads(cpu, llm.threads)
     asr_threads = choose_asr_threads(cpu, asr.cpu_threads)
+    workers = choose_asr_workers(cpu, asr.num_workers)
     block = choose_block(cpu, llm.kv_block_tokens)
     compile_ = choose_compile(cpu, llm.compile)
     start = choose_turn_model_start(cpu, "auto" if turn is None else turn.model_start)
-    used = (dtype, threads, asr_threads, block, compile_) if llm.engine == "vllm" else (asr_threads,)
+    asr_used = (asr_threads, workers)
+    used = (dtype, threads, *asr_used, block, compile_) if llm.engine == "vllm" else asr_used
     if turn is not None and turn.semantic and turn.model != "none":
         used = (*used, start)
     return Tuning(
@@ -236,6 +257,7 @@ def choose(cpu: CPUInfo, llm: LLMConfig, asr: ASRConfig, turn: TurnConfig | None
         llm_engine=llm.engine,
         turn_model_start=str(start.value),
         compile=str(compile_.value),
+        asr_workers=int(workers.value),
     )
 
 

@@ -43,7 +43,10 @@ def machine_lines(machine: dict[str, Any]) -> list[str]:
             )
         else:
             llm = f"LLM on a {server.get('llm_engine')} server"
-        lines = [f"server machine: {cpu.get('label')}; {llm}; ASR {server.get('asr_threads')} thread(s)"]
+        asr = f"ASR {server.get('asr_threads')} thread(s)"
+        if server.get("asr_workers") is not None:  # an older server does not say
+            asr += f", {server.get('asr_workers')} decode(s) at once"
+        lines = [f"server machine: {cpu.get('label')}; {llm}; {asr}"]
         floors = server.get("floors")
         if isinstance(floors, dict):
             llm_floor = floors.get("llm") or {}
