@@ -25,9 +25,10 @@ The rules, and what they rest on (README "Thread budgets"; measurements on 2-cor
                               that end their turns together then decode side by side
                               instead of queueing, and a pause's decode need not wait
                               for a partial still running.
-                              4 sessions at once on a 2-core AVX-512 BF16 EPYC:
-                              endpointing p95 406-523 vs 445-1264 ms (session 22,
-                              docs/measurements.md). 1 on a single core.
+                              4 sessions on a 2-core AVX-512 BF16 EPYC, pooled over 6-7
+                              runs: v2v p95 842 vs 953 ms, endpointing p95 415 vs 576
+                              (p50 +24 ms); AVX2 emulated v2v p95 1058 vs 1263 (session
+                              22, docs/measurements.md). 1 on a single core.
 ``turn.model_start``          ``auto``: ``early`` on AVX2 and older -- there the words come
                               back 300-500 ms into a pause and a model started after them
                               was never back in time (``p_complete`` null in every turn);
