@@ -266,6 +266,8 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"vad": {"pre_roll_ms": -1}}, "pre_roll_ms"),
     ({"vad": {"webrtc_mode": 4}}, "vad.webrtc_mode"),
     ({"vad": {"webrtc_mode": -1}}, "vad.webrtc_mode"),
+    ({"asr": {"num_workers": -1}}, "num_workers (0 = auto) must be >= 0"),
+    ({"asr": {"cpu_threads": -2}}, "cpu_threads and num_workers"),
     ({"audio": {"pipeline_rate_hz": 44100}}, "audio.pipeline_rate_hz"),
     ({"audio": {"frame_ms": 25}}, "audio.frame_ms"),
     ({"llm": {"engine": "remote"}}, "llm.url"),
