@@ -144,6 +144,33 @@ def test_a_paused_sentence_cut_into_two_turns_ended_early() -> None:
     assert (d["paused"], d["premature_end"], d["talked_over_s"]) == (True, True, 0.5)
 
 
+def test_talk_over_is_what_was_heard_not_what_arrived() -> None:
+    """A reply sent ahead in one burst mid-sentence and cleared when the speaker went on was heard
+    only until the clear (a 4-session bench counted 2.2 s of arrived audio as talked over)."""
+    tr = Tracker()
+    obs = tr.begin(TurnPlan(0, PAUSED, False, None))
+    tr.speech_onset(obs, 1.0)
+    tr.feed(SpeechHeard(1.2, 1))
+    tr.feed(ReplyAudio(2.0, 1, 16000, 16000, voiced=True))  # 1 s at once, in the pause
+    tr.feed(ReplyAudio(2.1, 1, 19200, 16000, voiced=True))  # 1.2 s more, queued behind: 3.0-4.2
+    tr.feed(AudioCleared(2.4, 1))  # the speaker went on: the listener drops the rest
+    tr.feed(TurnContinuedSeen(2.4, 1))
+    tr.speech_end(obs, 5.0)
+    tr.feed(ReplyAudio(6.0, 1, 16000, 16000, voiced=True))  # the reply to the whole sentence
+    r = result(obs, 0, origin_t=0.0)
+    assert r.reply_audio_s == pytest.approx(3.2)  # all that arrived
+    assert r.talked_over_s == pytest.approx(0.4)  # 2.0-2.4, then cleared; 6.0 is after the end
+    # not cleared: it plays on, queued, past the end of the sentence (4.2 s) only until 5.0
+    tr2 = Tracker()
+    obs2 = tr2.begin(TurnPlan(0, PAUSED, False, None))
+    tr2.speech_onset(obs2, 1.0)
+    tr2.feed(SpeechHeard(1.2, 1))
+    tr2.feed(ReplyAudio(2.0, 1, 16000, 16000, voiced=True))
+    tr2.feed(ReplyAudio(2.1, 1, 64000, 16000, voiced=True))  # 4 s more: 3.0-7.0
+    tr2.speech_end(obs2, 5.0)
+    assert result(obs2, 0, origin_t=0.0).talked_over_s == pytest.approx(3.0)
+
+
 def test_a_paused_sentence_the_server_continued_is_one_turn() -> None:
     tr = Tracker()
     obs = tr.begin(TurnPlan(0, PAUSED, False, None))

@@ -129,7 +129,7 @@ def format_step(step: StepResult, budgets: dict[str, float]) -> list[str]:
         lines.append(
             f"  turn-taking: {tt['paused_turns']} sentence(s) said with pauses: premature end of turn {rate} "
             f"({tt['premature_ends']} cut into several turns); {tt['continued']} end(s) of turn undone by "
-            f"continuation; reply audio while still speaking p50 {over['p50']:.0f} ms, "
+            f"continuation; reply audio heard while still speaking p50 {over['p50']:.0f} ms, "
             f"max {over['max']:.0f} ms"
         )
         for name, key in (

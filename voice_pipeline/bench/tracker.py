@@ -117,7 +117,19 @@ class TurnObservation:
     interrupt_skipped: str | None = None
     error: str | None = None
     continued: int = 0  # turn.continued: an end of turn the speaker's going on undid
-    talked_over_s: float = 0.0  # reply audio that arrived while this utterance was being spoken
+    #: when this turn's reply audio plays at the listener: (start, end) spans, real time from arrival,
+    #: queued behind what still plays, cut where an ``audio.clear`` drops the rest
+    playing: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def talked_over_s(self) -> float:
+        """Reply audio heard while this utterance was being spoken (not the audio that arrived
+        then: a reply sent ahead in one burst and cleared when the speaker went on was heard
+        only until the clear)."""
+        if self.onset_t is None:
+            return 0.0
+        lo, hi = self.onset_t, self.end_t if self.end_t is not None else float("inf")
+        return sum(max(0.0, min(end, hi) - max(start, lo)) for start, end in self.playing)
 
 
 class Tracker:
@@ -156,18 +168,19 @@ class Tracker:
                     return
                 if obs.first_audio_t is None:
                     obs.first_audio_t = t
-                if obs.onset_t is not None and (obs.end_t is None or t < obs.end_t):
-                    obs.talked_over_s += n / rate
                 if voiced and obs.first_voiced_t is None and obs.end_t is not None and t >= obs.end_t:
                     obs.first_voiced_t = t
                 obs.last_audio_t = t
                 obs.audio_s += n / rate
-                obs.playout_end_t = max(obs.playout_end_t, t) + n / rate
+                start = max(obs.playout_end_t, t)
+                obs.playout_end_t = start + n / rate
+                obs.playing.append((start, obs.playout_end_t))
             case AudioCleared(t_s=t, turn_id=tid):
                 obs = self._owner(tid, t, by_audio=True)
                 if obs is not None:
                     obs.cleared_t.append(t)
                     obs.playout_end_t = t
+                    obs.playing = [(start, min(end, t)) for start, end in obs.playing if start < t]
             case TurnRecorded(turn_id=tid, record=record):
                 obs = self._by_tid.get(tid)
                 if obs is not None:
@@ -240,7 +253,8 @@ class TurnResult:
     premature_end: bool | None = None
     #: ends of turn inside the utterance that continuation undid (turn.continued)
     continued: int = 0
-    #: reply audio received while the utterance was still being spoken (its pauses included)
+    #: reply audio heard (played from arrival, up to any clear) while the utterance was still
+    #: being spoken (its pauses included)
     talked_over_s: float = 0.0
 
     @property
