@@ -17,6 +17,12 @@ by one and joined with the pauses instead (and the clip says so). The clip recor
 where each pause begins (``phrase_ends``), so a benchmark can tell a turn that ended
 while the speaker had more to say from one that ended with the sentence.
 
+Synthetic voices are kinder than people, and their prosody at a comma is their own (espeak's
+en-gb falls there as at a full stop). :data:`RECORDED_SENTENCES` are sentences people said,
+recorded, with their own short pauses; :func:`recorded_clip` makes those pauses longer by
+repeating the recording's room tone there, so the speaker's intonation before each pause is
+a person's.
+
 :func:`degrade` varies what the microphone hears: level, a noise floor.
 """
 
@@ -45,6 +51,49 @@ COMPLETE_QUESTIONS: tuple[str, ...] = (
     "What is the capital of France?",
     "How many days are in a week?",
     "What do bees make?",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """A sentence a person said, recorded (``tests/data/human``: where each file comes from,
+    and its checksum, is in the README there), with the speaker's own short pauses at
+    ``splits_s``, where :func:`recorded_clip` makes them longer."""
+
+    file: str
+    #: what was said, as the publisher transcribed it, split at the pauses
+    phrases: tuple[str, ...]
+    #: the quietest moment of each pause between two phrases (s into the recording)
+    splits_s: tuple[float, ...]
+
+
+#: people's own prosody at a pause, which synthetic voices lack: read speech (LibriVox, one
+#: reader) with pauses after a clause, a title and a preposition-less fragment, and a list
+#: said item by item (a second speaker), each item ending as if it were the last
+RECORDED_SENTENCES: tuple[Recording, ...] = (
+    Recording(
+        "austen-0870.flac",
+        (
+            "and mister",
+            "john dashwood had then",
+            "leisure to consider how much there might be prudently in his power to do for them",
+        ),
+        (0.68, 2.23),
+    ),
+    Recording(
+        "austen-0890.flac",
+        ("unless to be rather", "cold hearted and rather selfish is to be ill disposed"),
+        (1.30,),
+    ),
+    Recording(
+        "austen-0920.flac",
+        (
+            "had he married a more a amiable woman",
+            "he might have been made still more respectable than he was",
+        ),
+        (2.54,),
+    ),
+    Recording("cards-005.flac", ("eight of spades", "four of clubs", "seven of hearts"), (1.27, 2.21)),
 )
 #: words people say while holding the floor; Whisper usually leaves them out
 FILLERS = frozenset({"um", "uh", "er", "erm", "uhm", "hmm"})
@@ -130,6 +179,50 @@ def paused_clip(
             parts.append(_silence(pauses_s[i], rate_hz))
             length += round(pauses_s[i] * rate_hz)
     return PausedSpeech(tuple(phrases), np.concatenate(parts), rate_hz, tuple(ends), tuple(pauses_s), True)
+
+
+#: the stretch of a recording whose sound fills the pauses made longer: its room tone
+ROOM_TONE_S = 0.1
+
+
+def room_tone(samples: NDArray[np.float32], rate_hz: int) -> NDArray[np.float32]:
+    """The recording's quietest :data:`ROOM_TONE_S` (on 10 ms frames): its noise floor, which
+    a longer pause keeps hearing (digital silence in a recording would be a cue no microphone gives)."""
+    frame = max(1, rate_hz // 100)
+    n = len(samples) // frame
+    width = max(1, round(ROOM_TONE_S * rate_hz / frame))
+    if n < width:
+        raise ValueError(f"a recording of {len(samples)} samples is shorter than {ROOM_TONE_S} s")
+    energy = np.mean(samples[: n * frame].astype(np.float64).reshape(n, frame) ** 2, axis=1)
+    start = int(np.argmin(np.convolve(energy, np.ones(width), mode="valid"))) * frame
+    return samples[start : start + width * frame]
+
+
+def recorded_clip(
+    samples: NDArray[np.float32], rate_hz: int, rec: Recording, pauses_s: Sequence[float]
+) -> PausedSpeech:
+    """``rec``'s recording (mono float32 at ``rate_hz``) with ``pauses_s[i]`` more of its room
+    tone at its split ``i``: the speaker's own pause, made that much longer."""
+    if len(pauses_s) != len(rec.splits_s):
+        raise ValueError(f"{rec.file} has {len(rec.splits_s)} pauses, got {len(pauses_s)} lengths")
+    tone = room_tone(samples, rate_hz)
+    parts: list[NDArray[np.float32]] = []
+    ends: list[int] = []
+    pos = length = 0
+    for split, pause in zip(rec.splits_s, pauses_s, strict=True):
+        at = round(split * rate_hz)
+        if not pos < at < len(samples):
+            raise ValueError(f"{rec.file}: split {split} s is outside the recording or out of order")
+        parts.append(samples[pos:at])
+        length += at - pos
+        ends.append(length)
+        parts.append(np.resize(tone, round(pause * rate_hz)))
+        length += round(pause * rate_hz)
+        pos = at
+    parts.append(samples[pos:])
+    return PausedSpeech(
+        rec.phrases, np.concatenate(parts).astype(np.float32), rate_hz, tuple(ends), tuple(pauses_s)
+    )
 
 
 def degrade(
