@@ -4,7 +4,9 @@
                                                      [--modes old,new] [--json out.json]
 
 Every sentence of :data:`voice_pipeline.bench.paused.PAUSED_SENTENCES` is spoken by
-espeak-ng (several voices) with a pause of each length between its phrases, and every
+espeak-ng (several voices) with a pause of each length between its phrases (``--voices
+human``: the recorded sentences of people, :data:`~voice_pipeline.bench.paused.RECORDED_SENTENCES`,
+each of their own pauses made that much longer), and every
 complete question without one; each goes through the real pipeline (Silero, Whisper,
 the turn model, vLLM, Piper) in its own session, in real time, as from a microphone.
 Modes: ``old`` = the end of a turn decided by silence alone and no continuation (the
@@ -55,10 +57,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from speech import espeak, word_error_rate
 
 from voice_pipeline import events as ev
+from voice_pipeline.audio import read_audio, resample
 from voice_pipeline.bench.paused import (
     COMPLETE_QUESTIONS,
     PAUSED_SENTENCES,
+    RECORDED_SENTENCES,
+    PausedSpeech,
     paused_clip,
+    recorded_clip,
     reply_heard_in_pauses,
 )
 from voice_pipeline.bench.variants import turn_variant
@@ -113,6 +119,25 @@ def question_row(mode: str, voice: str, q: str, r: Any) -> dict[str, Any]:
     return {"mode": mode, "voice": voice, "question": q, "stages_ms": r.stages_ms, "end_of_turn": eot}
 
 
+#: the recorded human sentences (:data:`voice_pipeline.bench.paused.RECORDED_SENTENCES`)
+HUMAN_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "human"
+
+
+def sentence_clips(voice: str, pause: float) -> list[PausedSpeech]:
+    """The paused sentences in ``voice`` (an espeak-ng voice, or ``human``: the recorded ones),
+    each pause ``pause`` s long (``human``: the speaker's own pause made ``pause`` s longer)."""
+    if voice != "human":
+        return [
+            paused_clip(lambda t: espeak(t, voice=voice), phrases, [pause] * (len(phrases) - 1), RATE)
+            for phrases in PAUSED_SENTENCES
+        ]
+    clips = []
+    for rec in RECORDED_SENTENCES:
+        samples, rate = read_audio(HUMAN_DIR / rec.file)
+        clips.append(recorded_clip(resample(samples, rate, RATE), RATE, rec, [pause] * len(rec.splits_s)))
+    return clips
+
+
 async def paused_set(
     engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], short_ms: int
 ) -> dict[str, Any]:
@@ -124,11 +149,10 @@ async def paused_set(
     sound_late: list[float] = []
     t0 = time.monotonic()
     for voice in voices:
-        for phrases in PAUSED_SENTENCES:
+        by_pause = {pause: sentence_clips(voice, pause) for pause in pauses}
+        for i in range(len(by_pause[pauses[0]])):
             for pause in pauses:
-                clip = paused_clip(
-                    lambda t, v=voice: espeak(t, voice=v), phrases, [pause] * (len(phrases) - 1), RATE
-                )
+                clip = by_pause[pause][i]
                 out = await run_one(engines, cfg, clip.samples)
                 turns = out["turns"]
                 total += 1
@@ -189,16 +213,12 @@ async def conversation_set(
     """Each voice and pause: one session, every paused sentence in turn, ``gap_s`` after each."""
     cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, max_tokens=min(cfg.llm.max_tokens, 24)))
     gap = np.zeros(round(gap_s * RATE), np.float32)
-    over_total = later_over = sessions = later = extra_turns = undone = 0
+    over_total = later_over = sessions = later = extra_turns = undone = said = 0
     t0 = time.monotonic()
     for voice in voices:
         for pause in pauses:
-            clips = [
-                paused_clip(
-                    lambda t, v=voice: espeak(t, voice=v), phrases, [pause] * (len(phrases) - 1), RATE
-                )
-                for phrases in PAUSED_SENTENCES
-            ]
+            clips = sentence_clips(voice, pause)
+            said += len(clips)
             starts, pos = [], LEAD_S
             for clip in clips:
                 starts.append(pos)
@@ -225,7 +245,7 @@ async def conversation_set(
             )
     return {
         "conversation_sessions": sessions,
-        "sentences": sessions * len(PAUSED_SENTENCES),
+        "sentences": said,
         "sentences_with_reply_audio_in_a_pause": over_total,
         "after_the_first_such_one": later,
         "after_the_first_such_one_with_reply_audio_in_a_pause": later_over,
@@ -238,7 +258,11 @@ async def conversation_set(
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pauses", default="0.4,0.8,1.2", help="pause lengths (s), comma-separated")
-    ap.add_argument("--voices", default="en-us+f3,en-us+m3,en-gb+m1", help="espeak-ng voices")
+    ap.add_argument(
+        "--voices",
+        default="en-us+f3,en-us+m3,en-gb+m1",
+        help="espeak-ng voices; 'human' = the recorded sentences (tests/data/human), pauses made longer",
+    )
     ap.add_argument("--modes", default="old,new")
     ap.add_argument("--questions", type=int, default=2, help="repeats of each complete question per voice")
     ap.add_argument(
