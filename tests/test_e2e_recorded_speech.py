@@ -6,7 +6,8 @@ Piper in real time, each of the speaker's pauses made 0.6-1.2 s long with the re
 own room tone. What a user would check: every word they said reaches the assistant (in one
 turn, or, where a reply was heard long enough to be an interruption, in the next), each
 sentence gets a spoken answer, nothing hangs, and a speaker who has been seen to go on
-after a pause is not talked over at their next one.
+after a pause is not talked over at their next one. And a person who interrupts a long reply
+stops it, and is heard.
 
 What this speech shows, and the tests print: at a speaker's *first* pause the reply is
 often heard. On read speech Smart Turn calls a phrase end finished with P(complete)
@@ -20,13 +21,14 @@ session 23).
 from __future__ import annotations
 
 import asyncio
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from speech import normalize, word_error_rate
+from speech import espeak, normalize, word_error_rate
 
 from voice_pipeline.audio import read_audio, resample
 from voice_pipeline.bench.paused import RECORDED_SENTENCES, PausedSpeech, recorded_clip, reply_heard_in_pauses
@@ -122,3 +124,36 @@ def test_a_speaker_seen_to_go_on_is_not_talked_over_at_their_next_pause(recorded
             assert later == [0.0] * len(later), h.describe()
         seconds += len(later)
     assert seconds > 0  # the set has sentences with a second pause
+
+
+async def test_a_person_who_interrupts_stops_the_reply_and_is_heard(engines: Engines, config: Config) -> None:
+    """A long reply (asked by espeak) is interrupted by a person (the LibriVox reader, 6 s):
+    from the flush on nothing more of it is heard, the history keeps what was heard of it,
+    and the person's sentence is transcribed and answered. The stop time is printed."""
+    story = espeak("Tell me a long story about a brave knight and a dragon.")
+    samples, rate = read_audio(HUMAN / "austen-0920.flac")
+    person = resample(samples, rate, RATE)
+    lead, gap = np.zeros(round(LEAD_S * RATE), np.float32), np.zeros(round(3.5 * RATE), np.float32)
+    onset_s = (len(lead) + len(story) + len(gap) + int(np.flatnonzero(np.abs(person) > 0.01)[0])) / RATE
+    audio = np.concatenate([lead, story, gap, person, np.zeros(8 * RATE, np.float32)])
+    result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, realtime=True), timeout=120)
+    first, second = [r for r in result.records if r.user_text][:2]
+    assert first.interrupted and second.interruption == "words", [r.user_text for r in result.records]
+    out, out_rate = result.output, result.output_rate_hz
+    assert np.any(out[: int(onset_s * out_rate)] != 0), "the reply was not playing before the person spoke"
+    marks = typing.cast(dict[str, dict[str, float]], result.turns[0])["marks"]
+    answer = typing.cast(dict[str, dict[str, float]], result.turns[1])["marks"]["first_audio_sent"] / 1000
+    flush_s = marks["flush_sent"] / 1000
+    assert onset_s - 0.3 <= marks["barge_in_onset"] / 1000 <= flush_s < answer
+    after = out[int(np.ceil((flush_s + 0.005) * out_rate)) : int((answer - 0.005) * out_rate)]
+    assert len(after) and not np.any(after), "reply audio was heard after the flush"
+    heard, said = normalize(first.heard_text).split(), normalize(first.assistant_text).split()
+    assert heard and len(heard) < len(said) and said[: len(heard)] == heard
+    ref = " ".join(RECORDED_SENTENCES[2].phrases)
+    wer = word_error_rate(" ".join(words(ref)), " ".join(words(second.user_text)))
+    print(
+        f"a person interrupted at {onset_s:.2f} s: flush {(flush_s - onset_s) * 1000:.0f} ms after "
+        f"their onset (barge_in_stop {first.stages_ms['barge_in_stop']:.0f} ms); "
+        f"heard {second.user_text!r} (WER {wer:.0%})"
+    )
+    assert wer <= 0.2 and second.assistant_text and not second.interrupted
