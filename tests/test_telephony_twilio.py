@@ -11,15 +11,17 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from servers import running_server
-from speech import espeak, word_error_rate
+from speech import espeak, normalize, word_error_rate
 from twilioclient import TwilioCaller, twilio_caller
 
-from voice_pipeline.audio import resample, to_float32
+from voice_pipeline.audio import read_audio, resample, to_float32
+from voice_pipeline.bench.paused import RECORDED_SENTENCES, recorded_clip
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.server.app import VoiceServer
@@ -32,6 +34,7 @@ QUESTION = "What is the capital of France?"
 STORY = "Tell me a long story about a brave knight and a dragon."
 TOKEN = "s3cret-token"
 NARROWBAND_WER = 0.4
+HUMAN = Path(__file__).parent / "data" / "human"
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +153,33 @@ async def test_barge_in_clears_the_call_and_truncates_the_turn(server: VoiceServ
             f"of {story.work.audio_synthesized_s:.2f} s, "
             f"barge_in_stop {story.stages_ms['barge_in_stop']:.0f} ms"
         )
+
+
+async def test_a_person_who_pauses_on_the_phone_is_heard_whole(server: VoiceServer) -> None:
+    """A recorded reader (tests/data/human) says a sentence with two pauses made 0.8 s longer,
+    over µ-law: every phrase reaches the assistant (in one turn, or two if a reply was heard
+    long enough to be interrupted) and the last turn is answered aloud."""
+    rec = RECORDED_SENTENCES[0]  # "and mister ... john dashwood had then ... leisure to consider ..."
+    samples, rate = read_audio(HUMAN / rec.file)
+    clip = recorded_clip(resample(samples, rate, 16000), 16000, rec, [0.8] * len(rec.splits_s))
+    last = set(normalize(rec.phrases[-1]).split())
+    async with twilio_caller(url(server)) as caller:
+        conn = await started(server, caller)
+        caller.say(clip.samples)
+        session = conn.session
+        assert session is not None
+
+        def answered() -> bool:
+            done = [r for r in session.ledger.records if r.assistant_text]
+            return bool(done) and bool(last & set(normalize(done[-1].user_text).split()))
+
+        await until(answered, 120)
+        said = " ".join(r.user_text for r in session.ledger.records)
+        print(f"twilio, a person with pauses: {[r.user_text for r in session.ledger.records]}")
+        assert word_error_rate(" ".join(rec.phrases), said.replace("Mr.", "mister")) <= NARROWBAND_WER, said
+        for phrase in rec.phrases:
+            assert set(normalize(phrase).split()) & set(normalize(said).split()), (phrase, said)
+        assert not session.ledger.records[-1].interrupted
 
 
 # ------------------------------------------------------------ bad input
