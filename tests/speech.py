@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -57,3 +58,21 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
 def normalize(text: str) -> str:
     kept = "".join(c.lower() if c.isalnum() or c.isspace() or c == "'" else " " for c in text)
     return " ".join(kept.split())
+
+
+def heard_whole(
+    sentences: Sequence[tuple[Sequence[str], str, str]], words: Callable[[str], list[str]]
+) -> float:
+    """Each (phrases, what was heard, label): every phrase has a word in what was heard (asserted:
+    none lost at a pause); prints each sentence's word error rate and returns the rate over all
+    their words. ``words`` folds a text into the words compared (numerals, fillers)."""
+    errors = total = 0.0
+    for phrases, heard, label in sentences:
+        said, ref = words(heard), words(" ".join(phrases))
+        wer = word_error_rate(" ".join(ref), " ".join(said))
+        errors, total = errors + wer * len(ref), total + len(ref)
+        print(f"WER {wer:.0%}  {' '.join(ref)!r} -> {' '.join(said)!r}")
+        for phrase in phrases:
+            assert any(w in said for w in words(phrase)), f"phrase {phrase!r} lost: {label}"
+    print(f"WER over {len(sentences)} sentences: {errors / total:.1%}")
+    return errors / total
