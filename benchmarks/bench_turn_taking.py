@@ -54,17 +54,15 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from speech import espeak, word_error_rate
+from speech import espeak, recorded_speech, word_error_rate
 
 from voice_pipeline import events as ev
-from voice_pipeline.audio import read_audio, resample
 from voice_pipeline.bench.paused import (
     COMPLETE_QUESTIONS,
     PAUSED_SENTENCES,
     RECORDED_SENTENCES,
     PausedSpeech,
     paused_clip,
-    recorded_clip,
     reply_heard_in_pauses,
 )
 from voice_pipeline.bench.variants import turn_variant
@@ -119,10 +117,6 @@ def question_row(mode: str, voice: str, q: str, r: Any) -> dict[str, Any]:
     return {"mode": mode, "voice": voice, "question": q, "stages_ms": r.stages_ms, "end_of_turn": eot}
 
 
-#: the recorded human sentences (:data:`voice_pipeline.bench.paused.RECORDED_SENTENCES`)
-HUMAN_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "human"
-
-
 def sentence_clips(voice: str, pause: float) -> list[PausedSpeech]:
     """The paused sentences in ``voice`` (an espeak-ng voice, or ``human``: the recorded ones),
     each pause ``pause`` s long (``human``: the speaker's own pause made ``pause`` s longer)."""
@@ -131,11 +125,7 @@ def sentence_clips(voice: str, pause: float) -> list[PausedSpeech]:
             paused_clip(lambda t: espeak(t, voice=voice), phrases, [pause] * (len(phrases) - 1), RATE)
             for phrases in PAUSED_SENTENCES
         ]
-    clips = []
-    for rec in RECORDED_SENTENCES:
-        samples, rate = read_audio(HUMAN_DIR / rec.file)
-        clips.append(recorded_clip(resample(samples, rate, RATE), RATE, rec, [pause] * len(rec.splits_s)))
-    return clips
+    return [recorded_speech(rec, pause, RATE) for rec in RECORDED_SENTENCES]
 
 
 async def paused_set(

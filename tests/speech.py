@@ -17,6 +17,12 @@ import soundfile as sf
 import soxr
 from numpy.typing import NDArray
 
+from voice_pipeline.audio import read_audio, resample
+from voice_pipeline.bench.paused import PausedSpeech, Recording, recorded_clip
+
+#: recorded human speech (its README says where each file comes from)
+HUMAN_DIR = Path(__file__).parent / "data" / "human"
+
 
 def espeak(text: str, rate_hz: int = 16000, voice: str = "en-us+f3", wpm: int = 150) -> NDArray[np.float32]:
     """Mono float32 speech for ``text`` at ``rate_hz``."""
@@ -76,3 +82,14 @@ def heard_whole(
             assert any(w in said for w in words(phrase)), f"phrase {phrase!r} lost: {label}"
     print(f"WER over {len(sentences)} sentences: {errors / total:.1%}")
     return errors / total
+
+
+def recording(file: str, rate_hz: int = 16000) -> NDArray[np.float32]:
+    """One of the recordings in :data:`HUMAN_DIR`, mono float32 at ``rate_hz``."""
+    samples, rate = read_audio(HUMAN_DIR / file)
+    return resample(samples, rate, rate_hz)
+
+
+def recorded_speech(rec: Recording, pause_s: float, rate_hz: int = 16000) -> PausedSpeech:
+    """``rec`` with each of the speaker's pauses made ``pause_s`` longer (:func:`recorded_clip`)."""
+    return recorded_clip(recording(rec.file, rate_hz), rate_hz, rec, [pause_s] * len(rec.splits_s))

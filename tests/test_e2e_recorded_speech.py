@@ -23,15 +23,13 @@ from __future__ import annotations
 import asyncio
 import typing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from speech import espeak, heard_whole, normalize, word_error_rate
+from speech import espeak, heard_whole, normalize, recorded_speech, recording, word_error_rate
 
-from voice_pipeline.audio import read_audio, resample
-from voice_pipeline.bench.paused import RECORDED_SENTENCES, PausedSpeech, recorded_clip, reply_heard_in_pauses
+from voice_pipeline.bench.paused import RECORDED_SENTENCES, PausedSpeech, reply_heard_in_pauses
 from voice_pipeline.runner import RunResult, run_audio
 
 if TYPE_CHECKING:
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.real_models
 
-HUMAN = Path(__file__).parent / "data" / "human"
 RATE = 16000
 LEAD_S = 0.5
 #: how each recording is said here: its pauses made this much longer (s)
@@ -72,8 +69,7 @@ def words(text: str) -> list[str]:
 async def recorded(engines: Engines, config: Config) -> list[Heard]:
     out = []
     for rec in RECORDED_SENTENCES:
-        samples, rate = read_audio(HUMAN / rec.file)
-        clip = recorded_clip(resample(samples, rate, RATE), RATE, rec, [PAUSES[rec.file]] * len(rec.splits_s))
+        clip = recorded_speech(rec, PAUSES[rec.file], RATE)
         audio = np.concatenate(
             [np.zeros(round(LEAD_S * RATE), np.float32), clip.samples, np.zeros(RATE, np.float32)]
         )
@@ -125,8 +121,7 @@ async def test_a_person_who_interrupts_stops_the_reply_and_is_heard(engines: Eng
     from the flush on nothing more of it is heard, the history keeps what was heard of it,
     and the person's sentence is transcribed and answered. The stop time is printed."""
     story = espeak("Tell me a long story about a brave knight and a dragon.")
-    samples, rate = read_audio(HUMAN / "austen-0920.flac")
-    person = resample(samples, rate, RATE)
+    person = recording("austen-0920.flac", RATE)
     lead, gap = np.zeros(round(LEAD_S * RATE), np.float32), np.zeros(round(3.5 * RATE), np.float32)
     onset_s = (len(lead) + len(story) + len(gap) + int(np.flatnonzero(np.abs(person) > 0.01)[0])) / RATE
     audio = np.concatenate([lead, story, gap, person, np.zeros(8 * RATE, np.float32)])

@@ -9,11 +9,11 @@ room tone.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+from speech import HUMAN_DIR, recording
 
 from voice_pipeline.bench.paused import (
     RECORDED_SENTENCES,
@@ -23,7 +23,6 @@ from voice_pipeline.bench.paused import (
     room_tone,
 )
 
-HUMAN = Path(__file__).parent / "data" / "human"
 RATE = 16000
 
 #: SHA-256 of each file's 16-bit little-endian samples (the README's last column)
@@ -37,10 +36,10 @@ SAMPLES_SHA256 = {
 
 @pytest.mark.parametrize("rec", RECORDED_SENTENCES, ids=lambda r: r.file)
 def test_each_recording_is_the_published_one(rec: Recording) -> None:
-    pcm, rate = sf.read(HUMAN / rec.file, dtype="int16")
+    pcm, rate = sf.read(HUMAN_DIR / rec.file, dtype="int16")
     assert rate == RATE and pcm.ndim == 1
     assert hashlib.sha256(pcm.astype("<i2").tobytes()).hexdigest() == SAMPLES_SHA256[rec.file]
-    assert rec.file in (HUMAN / "README.md").read_text()
+    assert rec.file in (HUMAN_DIR / "README.md").read_text()
     # every split falls inside the recording, in order, and leaves speech on both sides
     assert all(0.2 < s < len(pcm) / rate - 0.2 for s in rec.splits_s)
     assert list(rec.splits_s) == sorted(rec.splits_s)
@@ -61,7 +60,7 @@ def test_the_room_tone_is_the_quietest_stretch() -> None:
 
 @pytest.mark.parametrize("rec", RECORDED_SENTENCES, ids=lambda r: r.file)
 def test_a_recording_keeps_every_sample_and_gets_longer_pauses(rec: Recording) -> None:
-    samples, _ = sf.read(HUMAN / rec.file, dtype="float32")
+    samples = recording(rec.file)
     pauses = [0.5 + 0.3 * i for i in range(len(rec.splits_s))]
     clip = recorded_clip(samples, RATE, rec, pauses)
     added = [round(p * RATE) for p in pauses]
@@ -84,7 +83,7 @@ def test_a_recording_keeps_every_sample_and_gets_longer_pauses(rec: Recording) -
 
 def test_a_recording_needs_one_pause_length_per_split() -> None:
     rec = RECORDED_SENTENCES[0]
-    samples, _ = sf.read(HUMAN / rec.file, dtype="float32")
+    samples = recording(rec.file)
     with pytest.raises(ValueError, match="pauses"):
         recorded_clip(samples, RATE, rec, [0.5])
     with pytest.raises(ValueError, match="outside"):

@@ -11,17 +11,16 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from servers import running_server
-from speech import espeak, normalize, word_error_rate
+from speech import espeak, normalize, recorded_speech, word_error_rate
 from twilioclient import TwilioCaller, twilio_caller
 
-from voice_pipeline.audio import read_audio, resample, to_float32
-from voice_pipeline.bench.paused import RECORDED_SENTENCES, recorded_clip
+from voice_pipeline.audio import resample, to_float32
+from voice_pipeline.bench.paused import RECORDED_SENTENCES
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
 from voice_pipeline.server.app import VoiceServer
@@ -34,7 +33,6 @@ QUESTION = "What is the capital of France?"
 STORY = "Tell me a long story about a brave knight and a dragon."
 TOKEN = "s3cret-token"
 NARROWBAND_WER = 0.4
-HUMAN = Path(__file__).parent / "data" / "human"
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +158,7 @@ async def test_a_person_who_pauses_on_the_phone_is_heard_whole(server: VoiceServ
     over µ-law: every phrase reaches the assistant (in one turn, or two if a reply was heard
     long enough to be interrupted) and the last turn is answered aloud."""
     rec = RECORDED_SENTENCES[0]  # "and mister ... john dashwood had then ... leisure to consider ..."
-    samples, rate = read_audio(HUMAN / rec.file)
-    clip = recorded_clip(resample(samples, rate, 16000), 16000, rec, [0.8] * len(rec.splits_s))
+    clip = recorded_speech(rec, 0.8)
     last = set(normalize(rec.phrases[-1]).split())
     async with twilio_caller(url(server)) as caller:
         conn = await started(server, caller)
