@@ -35,6 +35,12 @@ CUES = [
     ("I'd like", Cue.INCOMPLETE),
     ("Let me think -", Cue.INCOMPLETE),
     ("at seven \u2014", Cue.INCOMPLETE),  # an em dash
+    ("And Mr.", Cue.INCOMPLETE),  # a title: the name follows (a person's pause, tests/data/human)
+    ("I have an appointment with Dr.", Cue.INCOMPLETE),
+    ("Unless to be rather.", Cue.INCOMPLETE),  # a degree adverb after a copula: the adjective follows
+    ("It's very", Cue.INCOMPLETE),
+    ("The soup was quite.", Cue.INCOMPLETE),
+    ("You\u2019re really", Cue.INCOMPLETE),
     # finished questions
     ("What is the capital of France?", Cue.COMPLETE),
     ("Where are you from?", Cue.COMPLETE),  # a stranded preposition in a question
@@ -59,6 +65,12 @@ CUES = [
     ("   ", Cue.NEUTRAL),
     ("...", Cue.NEUTRAL),  # no words at all: the VAD's business
     ("The answer is 42.", Cue.NEUTRAL),
+    ("Very.", Cue.NEUTRAL),  # a degree adverb alone answers ("How hot is it?")
+    ("Not quite.", Cue.NEUTRAL),
+    ("I'd rather.", Cue.NEUTRAL),
+    ("I like it, really.", Cue.NEUTRAL),
+    ("Is it really?", Cue.COMPLETE),
+    ("Thank you, Mrs. Smith.", Cue.NEUTRAL),
 ]
 
 
@@ -80,10 +92,11 @@ POLICY_CASES = [
     (Evidence(Cue.COMPLETE, 0.1), 700, Rule.UNSURE),
     (Evidence(Cue.INCOMPLETE, 0.99), 2000, Rule.INCOMPLETE),  # synthetic voices sound finished
     (Evidence(Cue.INCOMPLETE, None), 2000, Rule.INCOMPLETE),  # the words alone hold it open
-    (Evidence(None, 0.9), 700, Rule.NO_VERDICT),  # the transcript is not back yet
+    (Evidence(None, 0.9), 2000, Rule.NO_VERDICT),  # the transcript is not back yet: waited for
     (Evidence(None, 0.1), 2000, Rule.INCOMPLETE),
     (Evidence(Cue.NEUTRAL, None), 700, Rule.NO_VERDICT),  # the model is not back yet
-    (Evidence(None, None), 700, Rule.NO_VERDICT),
+    (Evidence(None, None), 2000, Rule.NO_VERDICT),
+    (Evidence(Cue.COMPLETE, None), 700, Rule.NO_VERDICT),  # a question, the model not back
     (Evidence(Cue.NEUTRAL, None, sound=False), 250, Rule.COMPLETE),  # the model failed
     (Evidence(Cue.INCOMPLETE, None, sound=False), 2000, Rule.INCOMPLETE),
 ]
@@ -99,15 +112,17 @@ def test_without_a_model_the_sound_never_holds_the_turn() -> None:
     assert policy.wait(Evidence(Cue.NEUTRAL, None)) == (250, Rule.COMPLETE)
     assert policy.wait(Evidence(Cue.NEUTRAL, 0.01)) == (250, Rule.COMPLETE)  # a stray value is ignored
     assert policy.wait(Evidence(Cue.INCOMPLETE, None)) == (2000, Rule.INCOMPLETE)
-    assert policy.wait(Evidence(None, None)) == (700, Rule.NO_VERDICT)
+    assert policy.wait(Evidence(None, None)) == (2000, Rule.NO_VERDICT)  # the words on their way
 
 
 def test_the_table_covers_every_combination() -> None:
     assert set(WAITS) == {(w, s) for w in Words for s in Sound}
-    # only the incomplete words or sound ever make a turn wait the longest
-    for (words, sound), (wait, _rule) in WAITS.items():
+    # only the incomplete words or sound ever make a turn wait the longest, or words not
+    # back yet (waited for: the turn ends as soon as they come back and allow it)
+    for (words, sound), (wait, rule) in WAITS.items():
         if wait is Wait.LONG:
-            assert words is Words.INCOMPLETE or sound is Sound.INCOMPLETE
+            assert words is Words.INCOMPLETE or sound is Sound.INCOMPLETE or rule is Rule.NO_VERDICT
+            assert rule is Rule.INCOMPLETE or words is Words.PENDING
         if words is Words.INCOMPLETE:
             assert wait is Wait.LONG
 
@@ -115,7 +130,7 @@ def test_the_table_covers_every_combination() -> None:
 def test_patience_lengthens_the_short_and_medium_waits_up_to_the_long_one() -> None:
     patient = dataclasses.replace(POLICY, patience_ms=1000)
     assert patient.wait(Evidence(Cue.NEUTRAL, 0.9)) == (1250, Rule.COMPLETE)
-    assert patient.wait(Evidence(None, None)) == (1700, Rule.NO_VERDICT)
+    assert patient.wait(Evidence(Cue.COMPLETE, None)) == (1700, Rule.NO_VERDICT)
     assert patient.wait(Evidence(Cue.INCOMPLETE, None)) == (2000, Rule.INCOMPLETE)  # as before
     very = dataclasses.replace(POLICY, patience_ms=1500)
     assert very.wait(Evidence(Cue.COMPLETE, 0.1)) == (2000, Rule.UNSURE)  # never past the long wait
@@ -131,8 +146,7 @@ def test_neutral_words_wait_longer_for_a_verdict_on_its_way_and_nothing_else_doe
     assert policy.wait(Evidence(Cue.NEUTRAL, None)) == (900, Rule.NO_VERDICT)
     assert policy.wait(Evidence(Cue.NEUTRAL, 0.9)) == (250, Rule.COMPLETE)  # back: as before
     assert policy.wait(Evidence(Cue.NEUTRAL, 0.1)) == (2000, Rule.INCOMPLETE)
-    # no words yet, or a question mark, or a model that failed: the waits of before
-    assert policy.wait(Evidence(None, None)) == (500, Rule.NO_VERDICT)
+    # a question mark, or a model that failed: the waits of before
     assert policy.wait(Evidence(Cue.COMPLETE, None)) == (500, Rule.NO_VERDICT)
     assert policy.wait(Evidence(Cue.NEUTRAL, None, sound=False)) == (250, Rule.COMPLETE)
     # never past the long wait, with patience too; unset, it is the medium wait
@@ -237,3 +251,17 @@ def test_when_the_turn_model_runs(
     configured: str, for_this_cpu: str | None, room: bool, expected: str
 ) -> None:
     assert EndOfTurnPolicy.model_start(configured, for_this_cpu, room) == expected
+
+
+def test_the_words_on_their_way_are_waited_for_up_to_the_long_wait() -> None:
+    """A fragment the short window distrusts is decoded again in the full one, after the
+    medium wait: the turn waits for its words (the reply is made from them anyway), then
+    ends at once if they allow it, or holds on if they read unfinished ("And Mr.")."""
+    policy = EndOfTurnPolicy(250, 500, 2000, verdict_silence_ms=900, patience_ms=300)
+    for sound in (None, 0.9):
+        assert policy.waits(Evidence(None, sound)) == (2000, 0, Rule.NO_VERDICT)
+    assert policy.waits(Evidence(None, None, sound=False)) == (2000, 0, Rule.NO_VERDICT)
+    assert policy.wait(Evidence(None, 0.1)) == (2000, Rule.INCOMPLETE)
+    # back at last: the wait of what they say, already passed if they came late
+    assert policy.wait(Evidence(Cue.COMPLETE, None, sound=False)) == (550, Rule.COMPLETE)
+    assert policy.wait(Evidence(transcript_cue("And Mr."), 0.9)) == (2000, Rule.INCOMPLETE)

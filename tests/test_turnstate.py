@@ -360,8 +360,31 @@ CASES = [
         ],
     ),
     Case(
-        "no evidence by the medium wait: ends there",
-        [*ASK, (Frames("." * 5), [end(1, 2, 8, Rule.NO_VERDICT, 192), StartReply(1)], {1: RE})],
+        "no words by the long wait: ends there (they are waited for: the reply is made from them)",
+        [
+            *ASK,
+            (Frames("." * 8), [], {1: MF}),  # the short and the medium wait pass
+            (Frames("."), [end(1, 2, 12, Rule.NO_VERDICT, 320), StartReply(1)], {1: RE}),
+        ],
+    ),
+    Case(
+        "words back after the medium wait: the turn ends as soon as they allow it",
+        [
+            *ASK,
+            (Frames("." * 7), [], {1: MF}),
+            # a question, the sound not back: the medium wait, passed already
+            (Words(Cue.COMPLETE), [Prefetch(1), end(1, 2, 10, Rule.NO_VERDICT, 192), StartReply(1)], {1: RE}),
+        ],
+    ),
+    Case(
+        "words back after the medium wait that read unfinished hold the turn",
+        [
+            *ASK,
+            (Frames("." * 7), [], {1: MF}),
+            (Words(Cue.INCOMPLETE), [], {1: MF}),
+            (Frames("."), [], {1: MF}),
+            (Frames("."), [end(1, 2, 12, Rule.INCOMPLETE, 320), StartReply(1)], {1: RE}),
+        ],
     ),
     Case(
         "a failed turn model loses its vote: the words and the silence decide",
@@ -584,7 +607,7 @@ CASES = [
                 [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)],
                 {1: PA, 2: MF},
             ),
-            (Frames("." * 5), [end(2, 11, 17, Rule.NO_VERDICT, 192), StartReply(2)], {1: PA, 2: RE}),
+            (Frames("." * 9), [end(2, 11, 21, Rule.NO_VERDICT, 320), StartReply(2)], {1: PA, 2: RE}),
             (
                 Heard(2, "okay"),
                 [
@@ -609,8 +632,8 @@ CASES = [
             (Frames("...."), [Seal(1)], {1: AU}),
             (Frames("##"), [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1)], {1: PA, 2: L}),
             (
-                Frames("." * 6),
-                [Speculate(2, 11 * F), end(2, 11, 17, Rule.NO_VERDICT, 192), StartReply(2)],
+                Frames("." * 10),
+                [Speculate(2, 11 * F), end(2, 11, 21, Rule.NO_VERDICT, 320), StartReply(2)],
                 {1: PA, 2: RE},
             ),
             (
@@ -756,9 +779,9 @@ CASES = [
             (Frames("...."), [Seal(1)], {1: AU}),
             (Frames("##."), [BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)], {1: AU, 2: MF}),
             (
-                Frames("." * 5),
+                Frames("." * 9),
                 [
-                    end(2, 11, 17, Rule.NO_VERDICT, 192),
+                    end(2, 11, 21, Rule.NO_VERDICT, 320),
                     CancelReply(1, CancelReason.SUPERSEDED),
                     StartReply(2),
                 ],
@@ -863,7 +886,7 @@ CASES = [
             (Audible(2), [], {2: AU}),
             (Frames("##"), [PauseReply(2, 5 * FRAME_NS), BeginTurn(3, 5 * F, 5 * F, 2)], {2: PA, 3: L}),
             (Frames("."), [Speculate(3, 7 * F)], {2: PA, 3: MF}),
-            (Frames("." * 5), [end(3, 7, 13, Rule.NO_VERDICT, 192), StartReply(3)], {2: PA, 3: RE}),
+            (Frames("." * 9), [end(3, 7, 17, Rule.NO_VERDICT, 320), StartReply(3)], {2: PA, 3: RE}),
             (
                 Heard(3, "stop please"),
                 [CancelReply(2, CancelReason.WORDS, True), Keep(3, InterruptionKind.WORDS)],

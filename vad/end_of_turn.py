@@ -19,19 +19,26 @@ words \\ sound            complete         incomplete       not back yet     no 
 complete ("...?")         short            medium (unsure)  medium (wait)    short
 neutral                   short            long             verdict (wait)   short
 incomplete ("... for")    long             long             long             long
-not back yet              medium (wait)    long             medium (wait)    medium (wait)
+not back yet              long (wait)      long             long (wait)      long (wait)
 ========================  ===============  ===============  ===============  ===============
 
 * *short* = ``vad.end_silence_ms`` (250 ms): a complete utterance ends as fast as with
   silence alone, so complete questions get no slower;
-* *medium* = ``turn.unsure_silence_ms``: the evidence disagrees, or has not come back
-  yet (a loaded machine) -- the turn ends there with what is known;
+* *medium* = ``turn.unsure_silence_ms``: the evidence disagrees, or the words say a
+  question and the sound is not back yet -- the turn ends there with what is known;
 * *verdict* = ``turn.verdict_silence_ms``: neutral words, the model's verdict on its way;
   where the model runs after the words (or beside a slow decode) its verdict comes after
   the medium wait on a slow CPU, and ending there would take its say from it exactly on
   the statements it is for (a 2-core AVX2 EPYC: words ~300-450 ms, the model ~300 ms more);
 * *long* = ``turn.incomplete_silence_ms``: the utterance is unfinished; the turn
-  still ends after that much silence (a speaker who trails off gets an answer).
+  still ends after that much silence (a speaker who trails off gets an answer). *Long
+  (wait)*: the words are not back, and the turn waits for them up to the long wait, ending
+  as soon as they come back and allow it. The reply cannot start before its words anyway
+  (it is made from them), so ending sooner would gain nothing and would lose what they
+  say: a short fragment the short window distrusts is decoded again in the full one (about
+  0.4-0.5 s into the pause on AVX-512, 1.3-1.5 s on a Zen 1 EPYC), and ending at the medium
+  wait before it came back answered a person's "And Mr. ..." (a 1.2 s pause,
+  tests/data/human) without knowing it was a title waiting for its name.
 
 The short and medium waits grow by ``patience_ms`` for a speaker who was seen to go on
 after an end of turn (the session's :class:`voice_pipeline.turntaking.ending.Patience`).
@@ -74,7 +81,7 @@ class Rule(enum.StrEnum):
     SILENCE = "silence"  # the semantic policy is off: vad.end_silence_ms of silence
     COMPLETE = "complete"  # it sounded and read finished: the short silence
     UNSURE = "unsure"  # words and sound disagreed: the medium silence
-    NO_VERDICT = "no_verdict"  # the evidence was not back by the medium silence
+    NO_VERDICT = "no_verdict"  # the evidence was not back by its wait (medium, verdict or long)
     INCOMPLETE = "incomplete"  # unfinished, but the longest silence passed: ended anyway
     MAX_TURN = "max_turn"  # vad.max_turn_s of one turn: babble or a TV cannot hold it open
     PUSH_TO_TALK = "push_to_talk"  # the key was released
@@ -119,10 +126,10 @@ WAITS: dict[tuple[Words, Sound], tuple[Wait, Rule]] = {
     (_W.INCOMPLETE, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
     (_W.INCOMPLETE, _S.PENDING): (Wait.LONG, Rule.INCOMPLETE),
     (_W.INCOMPLETE, _S.OFF): (Wait.LONG, Rule.INCOMPLETE),
-    (_W.PENDING, _S.COMPLETE): (Wait.MEDIUM, Rule.NO_VERDICT),
+    (_W.PENDING, _S.COMPLETE): (Wait.LONG, Rule.NO_VERDICT),
     (_W.PENDING, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
-    (_W.PENDING, _S.PENDING): (Wait.MEDIUM, Rule.NO_VERDICT),
-    (_W.PENDING, _S.OFF): (Wait.MEDIUM, Rule.NO_VERDICT),
+    (_W.PENDING, _S.PENDING): (Wait.LONG, Rule.NO_VERDICT),
+    (_W.PENDING, _S.OFF): (Wait.LONG, Rule.NO_VERDICT),
 }
 
 
@@ -210,6 +217,8 @@ NEVER_FINAL = frozenset(
         "whereas", "whether", "cause", "'cause",
         # fillers: the speaker is holding the floor
         "um", "uh", "uhm", "umm", "er", "erm", "hmm", "mm", "ah", "eh",
+        # titles, said before a name ("And Mr. ... John Dashwood")
+        "mr", "mrs", "ms", "mx", "messrs", "dr",
     }
 )  # fmt: skip
 
@@ -240,7 +249,17 @@ GIVING_VERBS = frozenset(
     {"tell", "show", "teach", "remind", "give", "bring", "send", "hand", "lend", "pass", "buy", "get", "find"}
 )
 RECIPIENTS = frozenset({"me", "us"})
+
 WH_WORDS = frozenset({"what", "where", "when", "why", "who", "whom", "whose", "which", "how"})
+
+#: adverbs of degree: after a copula they announce the adjective they grade ("to be
+#: rather ... cold hearted", "it's very ..."); alone they answer ("Very.", "Quite.")
+DEGREE = frozenset(
+    {
+        "very", "rather", "quite", "fairly", "really", "extremely", "somewhat", "incredibly",
+        "terribly", "awfully",
+    }
+)  # fmt: skip
 
 _TOKEN = re.compile(r"[a-z0-9']+")
 _TRAILING_OFF = re.compile("(\\.\\.\\.|\u2026|,|;|:|-|\u2014|\u2013)\\s*$")  # ... , ; : - and dashes
@@ -251,7 +270,8 @@ def transcript_cue(text: str) -> Cue:
 
     INCOMPLETE when it trails off ("...", a comma, a dash), ends in a word of
     :data:`NEVER_FINAL`, ends in a word of :data:`RARELY_FINAL` without a question mark,
-    or ends in a copula right after a noun; COMPLETE when it ends with "?" or "!" (but
+    ends in a copula right after a noun, or in an adverb of :data:`DEGREE` right after a
+    copula ("it's very"); COMPLETE when it ends with "?" or "!" (but
     NEUTRAL when it has no wh-word and ends on a verb of :data:`GIVING_VERBS` and its
     recipient: "Can you tell me?"); NEUTRAL otherwise, and for no words at all (silence
     is the VAD's business).
@@ -268,7 +288,14 @@ def transcript_cue(text: str) -> Cue:
         return Cue.INCOMPLETE
     if last in COPULAS and not question and len(words) >= 2 and words[-2] not in PRONOUNS:
         return Cue.INCOMPLETE
+    if last in DEGREE and not question and len(words) >= 2 and _is_copula(words[-2]):
+        return Cue.INCOMPLETE
     if question and len(words) >= 2 and last in RECIPIENTS and words[-2] in GIVING_VERBS:
         if WH_WORDS.isdisjoint(words):
             return Cue.NEUTRAL
     return Cue.COMPLETE if question else Cue.NEUTRAL
+
+
+def _is_copula(word: str) -> bool:
+    """A copula, alone or contracted onto its subject ("it's", "you're", "I'm")."""
+    return word in COPULAS or word.endswith(("'s", "'re", "'m"))
