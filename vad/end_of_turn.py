@@ -55,9 +55,11 @@ then waits the long silence; 2026-12-05, docs/measurements.md session 20), so on
 only the words are reliable; a pause after a grammatically complete clause ("The thing
 is, I don't really know ... what to cook") is left to the sound and, failing that, to
 continuation (:mod:`voice_pipeline.turntaking.ending`). People's read speech is no kinder:
-on the recordings in tests/data/human the model called "Unless to be rather" and "Eight of
-spades" (a list, each card said as if it were the last) finished, P 0.89-0.96 (session 23),
-so a speaker's first pause after such a phrase is often answered, until they go on.
+on the recordings in tests/data/human the model called "And Mr.", "Unless to be rather" and
+"Eight of spades" (a list, each card said as if it were the last) finished, P 0.71-0.96
+(session 23). The words hold the first two (a title; a degree adverb after a copula); a
+first pause after a phrase that reads finished too ("Eight of spades") is often answered,
+until the speaker goes on (docs/measurements.md session 24).
 """
 
 from __future__ import annotations
