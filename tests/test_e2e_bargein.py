@@ -230,6 +230,16 @@ async def test_backchannel_does_not_interrupt(engines: Engines, config: Config) 
 # ------------------------------------------------------------ many interruptions
 
 
+async def _arrives(turn_id: int, ids: set[int], seconds: float = 30.0) -> bool:
+    """Whether ``turn_id`` joins ``ids`` within ``seconds`` (polled every 10 ms): catches a
+    hang, not a slow or busy machine."""
+    for _ in range(round(seconds * 100)):
+        if turn_id in ids:
+            return True
+        await asyncio.sleep(0.01)
+    return turn_id in ids
+
+
 class _NullTransport:
     """Counts what a session sends; the listener plays everything at once."""
 
@@ -237,10 +247,13 @@ class _NullTransport:
         self.output_rate_hz = rate
         self.audio: dict[int, int] = {}
         self.completed: set[int] = set()
+        self.ended: set[int] = set()  # the user's turns whose end was detected
 
     def emit(self, event: ev.Event) -> None:
         if isinstance(event, ev.TurnCompleted):
             self.completed.add(event.turn_id)
+        elif isinstance(event, ev.EndpointDetected):
+            self.ended.add(event.turn_id)
 
     async def play(self, turn_id: int, pcm: np.ndarray) -> None:
         self.audio[turn_id] = self.audio.get(turn_id, 0) + len(pcm)
@@ -266,14 +279,13 @@ async def test_a_hundred_interruptions_in_one_session(engines: Engines, config: 
     for i in range(1, 101):
         for start in range(0, len(question), frame):
             await session.push_audio(question[start : start + frame], now_ns())
+        # the audio came faster than real time: the turn ends when its evidence is back
+        # (the words are waited for), not with its last frame
+        assert await _arrives(i, transport.ended), f"turn {i} never ended"
         # interrupt at a random point: while the LLM streams, while TTS runs, or while "playing"
         await asyncio.sleep(float(rng.uniform(0.0, 0.6)))
         session.interrupt()
-        for _ in range(3000):  # up to 30 s: catches a hang, not a slow or busy machine
-            if i in transport.completed:
-                break
-            await asyncio.sleep(0.01)
-        assert i in transport.completed, f"turn {i} never completed"
+        assert await _arrives(i, transport.completed), f"turn {i} never completed"
     for _ in range(600):  # a prefill of the cut history may still be on its way (dialogue.prefill_ahead)
         if session.unfinished_tasks() == 0:
             break
