@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+from polling import until
 from speech import concat, espeak, normalize, silence, word_error_rate
 
 from llm.base import ChatMessage
@@ -230,16 +231,6 @@ async def test_backchannel_does_not_interrupt(engines: Engines, config: Config) 
 # ------------------------------------------------------------ many interruptions
 
 
-async def _arrives(turn_id: int, ids: set[int], seconds: float = 30.0) -> bool:
-    """Whether ``turn_id`` joins ``ids`` within ``seconds`` (polled every 10 ms): catches a
-    hang, not a slow or busy machine."""
-    for _ in range(round(seconds * 100)):
-        if turn_id in ids:
-            return True
-        await asyncio.sleep(0.01)
-    return turn_id in ids
-
-
 class _NullTransport:
     """Counts what a session sends; the listener plays everything at once."""
 
@@ -281,11 +272,11 @@ async def test_a_hundred_interruptions_in_one_session(engines: Engines, config: 
             await session.push_audio(question[start : start + frame], now_ns())
         # the audio came faster than real time: the turn ends when its evidence is back
         # (the words are waited for), not with its last frame
-        assert await _arrives(i, transport.ended), f"turn {i} never ended"
+        await until(lambda i=i: i in transport.ended, 30.0, what=f"turn {i} ended")
         # interrupt at a random point: while the LLM streams, while TTS runs, or while "playing"
         await asyncio.sleep(float(rng.uniform(0.0, 0.6)))
         session.interrupt()
-        assert await _arrives(i, transport.completed), f"turn {i} never completed"
+        await until(lambda i=i: i in transport.completed, 30.0, what=f"turn {i} completed")
     for _ in range(600):  # a prefill of the cut history may still be on its way (dialogue.prefill_ahead)
         if session.unfinished_tasks() == 0:
             break

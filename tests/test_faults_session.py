@@ -13,16 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import itertools
 import socket
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import numpy as np
 import pytest
 import servers
+from polling import until
 from procs import SERVED_MODEL_NAME
 from servers import ws_url
 from speech import concat, espeak, normalize, silence
@@ -55,15 +55,6 @@ def running_server(
 
 def triggered(text: str) -> bool:
     return any(word in normalize(text).split() for word in TRIGGER)
-
-
-async def until(condition: Callable[[], bool], timeout_s: float) -> None:
-    """Poll ``condition`` (server-side state has no event to wait on)."""
-    async with asyncio.timeout(timeout_s):
-        for _ in itertools.count():
-            if condition():
-                return
-            await asyncio.sleep(0.01)
 
 
 async def latency(client: VoiceClient, n: int = 1, timeout_s: float = 180.0) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -35,6 +35,7 @@ import pytest
 from fakes import Fakes, tone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polling import until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from wsclient import voice_client
@@ -131,13 +132,6 @@ def servers() -> Iterator[Servers]:
         loop.run_until_complete(audiosocket.aclose())
         logging.getLogger().removeHandler(errors)
         loop.close()
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Poll ``condition`` (server state, no event to wait on) until true or the timeout."""
-    async with asyncio.timeout(timeout_s):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
 
 
 # ---------------------------------------------------------------- /ws

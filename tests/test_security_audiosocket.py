@@ -15,8 +15,9 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from polling import until
 from speech import espeak
-from test_telephony_audiosocket import asterisk, until
+from test_telephony_audiosocket import asterisk
 
 from voice_pipeline.audio import to_int16
 from voice_pipeline.config import Config

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 import numpy as np
 import pytest
 import soxr
+from polling import until
 from speech import espeak, word_error_rate
 
 from voice_pipeline.audio import resample, to_float32, to_int16
@@ -110,12 +111,6 @@ async def asterisk(srv: AudioSocketServer) -> AsyncIterator[Asterisk]:
         yield client
     finally:
         await client.aclose()
-
-
-async def until(condition: Callable[[], bool], timeout_s: float) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():  # noqa: ASYNC110 -- server-side state: nothing to wait on
-            await asyncio.sleep(0.02)
 
 
 def session_of(srv: AudioSocketServer, before: int) -> Callable[[], Session]:

@@ -13,12 +13,13 @@ import contextlib
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import httpx
 import numpy as np
 import pytest
 from fakes import Fakes, silence, tone
+from polling import until
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -65,12 +66,6 @@ async def healthz(voice: VoiceServer) -> dict[str, object]:
             await client.get(f"http://127.0.0.1:{voice.port}/healthz", timeout=10)
         ).json()
         return doc
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not condition():  # noqa: ASYNC110 -- server state: nothing to wait on
-            await asyncio.sleep(0.02)
 
 
 def slin(audio16k: np.ndarray) -> list[bytes]:

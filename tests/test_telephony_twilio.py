@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
 import pytest
+from polling import until
 from servers import running_server
 from speech import espeak, normalize, recorded_speech, word_error_rate
 from twilioclient import TwilioCaller, twilio_caller
@@ -58,13 +59,6 @@ async def started(srv: VoiceServer, caller: TwilioCaller) -> TwilioConnection:
         while True:
             with contextlib.suppress(AssertionError):
                 return call_of(srv, caller.stream_sid)
-            await asyncio.sleep(0.02)
-
-
-async def until(condition: Callable[[], bool], timeout_s: float) -> None:
-    """Poll server-side state (the session's ledger, the server's connections)."""
-    async with asyncio.timeout(timeout_s):
-        while not condition():  # noqa: ASYNC110 -- no event to wait on for server-side state
             await asyncio.sleep(0.02)
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Sequence
 from typing import Any
 
 import pytest
 import tool_fixtures
 from fakes import FakeLLM, Fakes, FakeTTS, LLMRequest, word_deltas
 from harness import REPLY, base_config, make_harness, no_continuation
+from polling import until
 
 from llm.base import ChatMessage, LLMDelta, ToolCallDelta, ToolMode, ToolOffer
 from voice_pipeline import events as ev
@@ -101,13 +102,6 @@ def _reply(
     deps = reply_deps(engines, cfg, transport, now_ns, sleep_until, phrases, box)
     led = TurnLedger(1, BudgetConfig())
     return Reply(1, deps, speaker, led.mark, led.compute), led
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Let the loop run until ``condition()`` (a bound on real time: a hang fails, not waits)."""
-    async with asyncio.timeout(timeout_s):
-        while not condition():  # noqa: ASYNC110 - polls state the code under test sets
-            await asyncio.sleep(0.005)
 
 
 def _results(events: list[ev.Event]) -> list[ev.ToolResult]:

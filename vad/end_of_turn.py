@@ -251,7 +251,6 @@ GIVING_VERBS = frozenset(
     {"tell", "show", "teach", "remind", "give", "bring", "send", "hand", "lend", "pass", "buy", "get", "find"}
 )
 RECIPIENTS = frozenset({"me", "us"})
-
 WH_WORDS = frozenset({"what", "where", "when", "why", "who", "whom", "whose", "which", "how"})
 
 #: adverbs of degree: after a copula they announce the adjective they grade ("to be
