@@ -54,13 +54,14 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from speech import espeak, recorded_speech, word_error_rate
+from speech import espeak, recorded_speech, recording, word_error_rate
 
 from voice_pipeline import events as ev
 from voice_pipeline.bench.paused import (
     COMPLETE_QUESTIONS,
     PAUSED_SENTENCES,
     RECORDED_SENTENCES,
+    RECORDED_UTTERANCES,
     PausedSpeech,
     paused_clip,
     reply_heard_in_pauses,
@@ -115,6 +116,14 @@ def question_row(mode: str, voice: str, q: str, r: Any) -> dict[str, Any]:
     rule, p = (eot or {}).get("rule"), (eot or {}).get("p_complete")
     print(f"[{mode}] {voice:9} v2v {v2v:5.0f} ms endpointing {ep:4.0f} {rule} p={p} {q!r}", flush=True)
     return {"mode": mode, "voice": voice, "question": q, "stages_ms": r.stages_ms, "end_of_turn": eot}
+
+
+def complete_items(voice: str) -> list[tuple[str, np.ndarray]]:
+    """What is said without a pause, as (text, audio): the complete questions in ``voice`` (an
+    espeak-ng voice), or for ``human`` the finished utterances people said (recorded)."""
+    if voice == "human":
+        return [(rec.phrases[0], recording(rec.file, RATE)) for rec in RECORDED_UTTERANCES]
+    return [(q, espeak(q, voice=voice)) for q in COMPLETE_QUESTIONS]
 
 
 def sentence_clips(voice: str, pause: float) -> list[PausedSpeech]:
@@ -258,7 +267,8 @@ async def main() -> None:
     ap.add_argument(
         "--question-voices",
         default="en-us+f3,en-gb+m1",
-        help="voices of the complete questions (same in every mode)",
+        help="voices of the complete questions (same in every mode); 'human' = finished things people "
+        "said (tests/data/human), reported apart as v2v_human",
     )
     ap.add_argument("--skip-paused", action="store_true", help="only the complete questions (voice-to-voice)")
     ap.add_argument(
@@ -294,32 +304,36 @@ async def main() -> None:
             summaries[mode] = {}
     # complete questions: the modes interleaved question by question, so that the machine's
     # load (shared, noisy) falls on both alike
-    v2v: dict[str, list[float]] = {m: [] for m in modes}
+    # (``human``: the finished utterances people said, counted apart from the espeak questions)
+    v2v: dict[str, dict[str, list[float]]] = {m: {"complete": [], "human": []} for m in modes}
     rules: dict[str, Counter[str]] = {m: Counter() for m in modes}
     rows: list[dict[str, Any]] = []
     for _ in range(args.questions):
         for voice in args.question_voices.split(","):
-            for q in COMPLETE_QUESTIONS:
-                audio = espeak(q, voice=voice)
+            for q, audio in complete_items(voice):
                 for mode in modes:
                     out = await run_one(engines, mode_config(base, mode), audio)
                     for r in out["turns"]:
                         row = question_row(mode, voice, q, r)
                         rows.append(row)
                         if "voice_to_voice" in r.stages_ms:
-                            v2v[mode].append(r.stages_ms["voice_to_voice"])
+                            v2v[mode]["human" if voice == "human" else "complete"].append(
+                                r.stages_ms["voice_to_voice"]
+                            )
                         if row["end_of_turn"] is not None:
                             rules[mode][row["end_of_turn"]["rule"]] += 1
     report["questions"] = rows
     for mode in modes:
-        summaries[mode].update(
-            {
-                "v2v_complete_p50_ms": percentile(v2v[mode], 50),
-                "v2v_complete_p95_ms": percentile(v2v[mode], 95),
-                "v2v_n": len(v2v[mode]),
-                "question_rules": dict(rules[mode]),
-            }
-        )
+        for group, times in v2v[mode].items():
+            if times or group == "complete":
+                summaries[mode].update(
+                    {
+                        f"v2v_{group}_p50_ms": percentile(times, 50),
+                        f"v2v_{group}_p95_ms": percentile(times, 95),
+                        f"v2v_{group}_n" if group == "human" else "v2v_n": len(times),
+                    }
+                )
+        summaries[mode]["question_rules"] = dict(rules[mode])
         report["modes"][mode] = summaries[mode]
         print(f"\n== {mode}: " + json.dumps(summaries[mode], indent=1), flush=True)
     await engines.aclose()

@@ -17,6 +17,7 @@ from speech import HUMAN_DIR, recording
 
 from voice_pipeline.bench.paused import (
     RECORDED_SENTENCES,
+    RECORDED_UTTERANCES,
     ROOM_TONE_S,
     Recording,
     recorded_clip,
@@ -31,10 +32,15 @@ SAMPLES_SHA256 = {
     "austen-0890.flac": "f5db1acab6b8e07eba8bb5a240311e66fa47aa818a499cca8d6b3ffdc9d31f2d",
     "austen-0920.flac": "ea5551d7cba0ace6a98a9875e2ed38791737699b1f5e81df71ae1eef4fd24606",
     "cards-005.flac": "79591cddc710272c8288f998c90baccdf39ea867ef7ef3720e32fcda2757dee9",
+    "austen-0930.flac": "0faf49d5f7782e92c1600066445e2127069e6aa8cba0349715efcd3e9e0da401",
+    "cards-001.flac": "4e0a744ec43b16a4fda29e9ec703308005ccc5f447021c35189bb9e95b35a698",
+    "cards-003.flac": "c6218d1c54d9692892bfb96c929c7c1e7abe6f3315ed5289c9c87f569e348208",
+    "forever-2.flac": "1eff9beaed266c4fb9562c5a88eb0162ee3ef34884d3400a13206b164ab60075",
+    "forever-4.flac": "229b69ea22d1b13b903ee29481c8a6e4bf75a8037c01b9adae64e2c3700e27c8",
 }
 
 
-@pytest.mark.parametrize("rec", RECORDED_SENTENCES, ids=lambda r: r.file)
+@pytest.mark.parametrize("rec", RECORDED_SENTENCES + RECORDED_UTTERANCES, ids=lambda r: r.file)
 def test_each_recording_is_the_published_one(rec: Recording) -> None:
     pcm, rate = sf.read(HUMAN_DIR / rec.file, dtype="int16")
     assert rate == RATE and pcm.ndim == 1

@@ -95,6 +95,16 @@ RECORDED_SENTENCES: tuple[Recording, ...] = (
     ),
     Recording("cards-005.flac", ("eight of spades", "four of clubs", "seven of hearts"), (1.27, 2.21)),
 )
+#: finished things people said, each a whole recording with no pause to make longer: a turn
+#: whose end a person's voice marks (the reader's "himself" closes a clause in the book; the
+#: last two are one sentence said twice, "Feels like these days go on forever.")
+RECORDED_UTTERANCES: tuple[Recording, ...] = (
+    Recording("austen-0930.flac", ("he might even have been made amiable himself",), ()),
+    Recording("cards-001.flac", ("ten of clubs",), ()),
+    Recording("cards-003.flac", ("seven of clubs",), ()),
+    Recording("forever-2.flac", ("feels like these days go on forever",), ()),
+    Recording("forever-4.flac", ("feels like these days go on forever",), ()),
+)
 #: words people say while holding the floor; Whisper usually leaves them out
 FILLERS = frozenset({"um", "uh", "er", "erm", "uhm", "hmm"})
 
