@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from voice_pipeline.bench.variants import turn_variant
@@ -27,6 +29,13 @@ def test_a_short_wait_raises_the_longer_waits_it_would_pass(wait: int) -> None:
     assert cfg.turn.incomplete_silence_ms == max(wait, base.turn.incomplete_silence_ms)
     # everything else as the defaults
     assert cfg.turn.patience_ms == base.turn.patience_ms and cfg.llm == base.llm
+
+
+def test_sound_sets_the_wait_on_the_sound_alone_and_nothing_else() -> None:
+    base = Config()
+    cfg = turn_variant(base, "sound2000")
+    assert cfg is not None
+    assert cfg.turn == dataclasses.replace(base.turn, sound_silence_ms=2000) and cfg.vad == base.vad
 
 
 def test_other_modes_are_not_variants_and_bad_waits_say_why() -> None:

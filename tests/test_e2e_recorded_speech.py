@@ -31,7 +31,13 @@ import numpy as np
 import pytest
 from speech import espeak, heard_whole, normalize, recorded_speech, recording, word_error_rate
 
-from voice_pipeline.bench.paused import RECORDED_SENTENCES, PausedSpeech, reply_heard_in_pauses
+from vad.end_of_turn import Cue, Rule
+from voice_pipeline.bench.paused import (
+    RECORDED_SENTENCES,
+    RECORDED_UTTERANCES,
+    PausedSpeech,
+    reply_heard_in_pauses,
+)
 from voice_pipeline.runner import RunResult, run_audio
 
 if TYPE_CHECKING:
@@ -133,6 +139,31 @@ def test_a_pause_after_words_that_cannot_end_a_sentence_is_not_answered(recorded
         assert heard[0] == 0.0, h.describe()
         if len(h.clip.phrase_ends) == 1:  # its only pause: one turn, ended once, at its real end
             assert len(h.turns) == 1 and len(ends) == 1, h.describe()
+
+
+async def test_a_finished_sentence_that_sounds_unfinished_is_answered_after_the_sound_wait(
+    engines: Engines, config: Config
+) -> None:
+    """A person says "Feels like these days go on forever." (tests/data/human, forever-2) and
+    stops. The words are neutral, and Smart Turn hears it unfinished (P 0.005): only the sound
+    holds the turn, so it ends after ``turn.sound_silence_ms`` (1.5 s), not the long wait
+    (2 s), and is answered once."""
+    said = RECORDED_UTTERANCES[3]
+    assert said.file == "forever-2.flac"
+    lead = np.zeros(round(LEAD_S * RATE), np.float32)
+    audio = np.concatenate([lead, recording(said.file, RATE), np.zeros(4 * RATE, np.float32)])
+    result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, realtime=True), timeout=120)
+    turns = [r for r in result.records if r.user_text or r.assistant_text]
+    assert len(turns) == 1, [(r.user_text, r.assistant_text) for r in result.records]
+    turn, end = turns[0], turns[0].end_of_turn
+    assert end is not None
+    print(f"{turn.user_text!r}: ended {end.as_dict()}; answered {turn.assistant_text[:40]!r}")
+    assert word_error_rate(said.phrases[0], " ".join(words(turn.user_text))) <= 0.2
+    assert end.cue is Cue.NEUTRAL and end.p_complete is not None
+    assert end.p_complete < config.turn.complete_threshold
+    assert end.rule is Rule.INCOMPLETE and end.wait_ms == config.turn.sound_silence_ms
+    assert config.turn.sound_silence_ms < config.turn.incomplete_silence_ms
+    assert turn.assistant_text and not turn.interrupted and np.abs(result.output).max() > 0
 
 
 async def test_a_person_who_interrupts_stops_the_reply_and_is_heard(engines: Engines, config: Config) -> None:

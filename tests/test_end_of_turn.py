@@ -8,7 +8,8 @@ import pytest
 
 from vad.end_of_turn import WAITS, Cue, EndOfTurnPolicy, Evidence, Rule, Sound, Wait, Words, transcript_cue
 from vad.endpointer import EndOfTurn, Endpointer, PauseStarted, SpeechStarted
-from voice_pipeline.config import VADConfig
+from voice_pipeline.config import Config, VADConfig
+from voice_pipeline.turntaking.ending import end_of_turn_policy
 
 # ---------------------------------------------------------------- the words
 
@@ -125,6 +126,8 @@ def test_the_table_covers_every_combination() -> None:
             assert rule is Rule.INCOMPLETE or words is Words.PENDING
         if words is Words.INCOMPLETE:
             assert wait is Wait.LONG
+        if wait is Wait.SOUND:  # the sound alone: neither the words nor their absence hold it
+            assert (words, sound, rule) == (Words.NEUTRAL, Sound.INCOMPLETE, Rule.INCOMPLETE)
 
 
 def test_patience_lengthens_the_short_and_medium_waits_up_to_the_long_one() -> None:
@@ -154,6 +157,32 @@ def test_neutral_words_wait_longer_for_a_verdict_on_its_way_and_nothing_else_doe
         2000, 1100, Rule.NO_VERDICT,
     )  # fmt: skip
     assert EndOfTurnPolicy(250, 500, 2000).wait(Evidence(Cue.NEUTRAL, None)) == (500, Rule.NO_VERDICT)
+
+
+def test_the_sound_alone_holds_a_turn_for_the_sound_wait_not_the_long_one() -> None:
+    policy = EndOfTurnPolicy(250, 500, 2000, sound_silence_ms=1500)
+    # "Feels like these days go on forever." (a person, tests/data/human): P 0.005
+    assert policy.wait(Evidence(Cue.NEUTRAL, 0.005)) == (1500, Rule.INCOMPLETE)
+    # the words hold as before: unfinished, or not back yet (the turn waits for them)
+    assert policy.wait(Evidence(Cue.INCOMPLETE, 0.005)) == (2000, Rule.INCOMPLETE)
+    assert policy.wait(Evidence(Cue.INCOMPLETE, 0.9)) == (2000, Rule.INCOMPLETE)
+    assert policy.wait(Evidence(None, 0.005)) == (2000, Rule.INCOMPLETE)
+    assert policy.wait(Evidence(Cue.COMPLETE, 0.005)) == (500, Rule.UNSURE)
+    # a speaker seen to go on gets patience on it too, up to the long wait
+    assert dataclasses.replace(policy, patience_ms=300).waits(Evidence(Cue.NEUTRAL, 0.1)) == (
+        1800, 300, Rule.INCOMPLETE,
+    )  # fmt: skip
+    assert dataclasses.replace(policy, patience_ms=1000).waits(Evidence(Cue.NEUTRAL, 0.1)) == (
+        2000, 500, Rule.INCOMPLETE,
+    )  # fmt: skip
+    # kept between the medium and the long wait; unset, the long wait
+    assert dataclasses.replace(policy, sound_silence_ms=100).wait(Evidence(Cue.NEUTRAL, 0.1))[0] == 500
+    assert dataclasses.replace(policy, sound_silence_ms=5000).wait(Evidence(Cue.NEUTRAL, 0.1))[0] == 2000
+    assert EndOfTurnPolicy(250, 500, 2000).wait(Evidence(Cue.NEUTRAL, 0.1)) == (2000, Rule.INCOMPLETE)
+    # the config's turn.sound_silence_ms is the policy's
+    cfg = Config()
+    built = end_of_turn_policy(cfg.vad, dataclasses.replace(cfg.turn, sound_silence_ms=1234), uses_model=True)
+    assert built is not None and built.wait(Evidence(Cue.NEUTRAL, 0.1)) == (1234, Rule.INCOMPLETE)
 
 
 def test_complete_utterances_are_no_slower_than_silence_alone() -> None:

@@ -433,7 +433,16 @@ def test_output_audio_buffer_clear_names_the_replies_that_play() -> None:
         ),
         (
             {"type": "semantic_vad", "eagerness": "low"},
-            lambda s: s.turn.semantic and s.turn.incomplete_silence_ms == 8000 and s.vad == CFG.vad,
+            # the wait on the sound alone keeps its share of the longest wait (1.5 s of 2)
+            lambda s: (
+                s.turn.semantic
+                and (s.turn.incomplete_silence_ms, s.turn.sound_silence_ms) == (8000, 6000)
+                and s.vad == CFG.vad
+            ),
+        ),
+        (
+            {"type": "semantic_vad", "eagerness": "high"},
+            lambda s: (s.turn.incomplete_silence_ms, s.turn.sound_silence_ms) == (2000, 1500),
         ),
         (
             {"type": "semantic_vad"},  # auto: as the server is set up

@@ -17,7 +17,7 @@ table :data:`WAITS`, one row per combination):
 words \\ sound            complete         incomplete       not back yet     no model
 ========================  ===============  ===============  ===============  ===============
 complete ("...?")         short            medium (unsure)  medium (wait)    short
-neutral                   short            long             verdict (wait)   short
+neutral                   short            sound            verdict (wait)   short
 incomplete ("... for")    long             long             long             long
 not back yet              long (wait)      long             long (wait)      long (wait)
 ========================  ===============  ===============  ===============  ===============
@@ -30,6 +30,10 @@ not back yet              long (wait)      long             long (wait)      lon
   where the model runs after the words (or beside a slow decode) its verdict comes after
   the medium wait on a slow CPU, and ending there would take its say from it exactly on
   the statements it is for (a 2-core AVX2 EPYC: words ~300-450 ms, the model ~300 ms more);
+* *sound* = ``turn.sound_silence_ms`` (1.5 s): only the sound says unfinished. Longer than
+  people's mid-sentence pauses (0.5-1.2 s), shorter than the long wait: the model is wrong
+  both ways, and a finished thing a person said that it hears as unfinished waits this long
+  (2 of 5 in tests/data/human: "Feels like these days go on forever." P 0.005; session 25);
 * *long* = ``turn.incomplete_silence_ms``: the utterance is unfinished; the turn
   still ends after that much silence (a speaker who trails off gets an answer). *Long
   (wait)*: the words are not back, and the turn waits for them up to the long wait, ending
@@ -95,6 +99,7 @@ class Wait(enum.Enum):
     MEDIUM = enum.auto()
     LONG = enum.auto()
     VERDICT = enum.auto()  # the medium wait, or longer for a verdict on its way
+    SOUND = enum.auto()  # only the sound says unfinished: between the medium and the long wait
 
 
 class Sound(enum.Enum):
@@ -121,7 +126,7 @@ WAITS: dict[tuple[Words, Sound], tuple[Wait, Rule]] = {
     (_W.COMPLETE, _S.PENDING): (Wait.MEDIUM, Rule.NO_VERDICT),
     (_W.COMPLETE, _S.OFF): (Wait.SHORT, Rule.COMPLETE),
     (_W.NEUTRAL, _S.COMPLETE): (Wait.SHORT, Rule.COMPLETE),
-    (_W.NEUTRAL, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
+    (_W.NEUTRAL, _S.INCOMPLETE): (Wait.SOUND, Rule.INCOMPLETE),
     (_W.NEUTRAL, _S.PENDING): (Wait.VERDICT, Rule.NO_VERDICT),
     (_W.NEUTRAL, _S.OFF): (Wait.SHORT, Rule.COMPLETE),
     (_W.INCOMPLETE, _S.COMPLETE): (Wait.LONG, Rule.INCOMPLETE),
@@ -161,6 +166,8 @@ class EndOfTurnPolicy:
     patience_ms: int = 0
     #: the wait for the model's verdict after neutral words (None: the medium wait)
     verdict_silence_ms: int | None = None
+    #: the wait when only the sound says unfinished (None: the long wait)
+    sound_silence_ms: int | None = None
 
     def wait(self, evidence: Evidence) -> tuple[int, Rule]:
         """The silence (ms) after which the turn ends, and the rule that ends it."""
@@ -176,6 +183,10 @@ class EndOfTurnPolicy:
         ms = self.short_silence_ms if kind is Wait.SHORT else self.unsure_silence_ms
         if kind is Wait.VERDICT:  # never shorter than the medium wait (nor past the long one)
             ms = max(ms, self.verdict_silence_ms or 0)
+        elif kind is Wait.SOUND:  # likewise
+            ms = max(
+                ms, self.incomplete_silence_ms if self.sound_silence_ms is None else self.sound_silence_ms
+            )
         longest = self.incomplete_silence_ms
         return min(ms + self.patience_ms, longest), min(self.patience_ms, max(longest - ms, 0)), rule
 

@@ -69,13 +69,11 @@ class TurnConfig:
     model_path: str | None = None
     #: onnxruntime intra-op threads of the turn model
     model_threads: int = 1
-    #: when the turn model runs in a pause: "words" = once the speculative transcript is in,
-    #: and only if the words are neutral (unfinished words wait the longest anyway; a
-    #: question mark ends the turn after the short wait); "pause" = at the first silent
-    #: frame, beside the speculative decode, its verdict used whatever the words; "early" =
-    #: computed at the first silent frame, used as with "words" (only after neutral words).
-    #: At the pause only while the machine has room for speculation, else as "words". "auto" =
-    #: chosen for the CPU (voice_pipeline/tuning.py: "early" on AVX2, "words" on AVX-512)
+    #: when the turn model runs in a pause: "words" = once the speculative transcript is in, and only
+    #: if the words are neutral (unfinished ones wait the longest anyway; a "?" ends the turn after
+    #: the short wait); "pause" = at the first silent frame, beside the decode, its verdict used
+    #: whatever the words; "early" = at the first silent frame, used as with "words". Not "words" only
+    #: while the machine has room; "auto" = per CPU (tuning.py: "early" on AVX2, "words" on AVX-512)
     model_start: Literal["auto", "words", "early", "pause"] = "auto"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
@@ -85,17 +83,19 @@ class TurnConfig:
     #: after neutral words, the longest wait for the turn model's verdict on its way (a Zen 1
     #: EPYC's came ~500-750 ms into the pause), kept between the medium and the long wait
     verdict_silence_ms: int = 900
-    #: the longest wait, for an utterance that sounds or reads unfinished; the turn ends
-    #: after this much silence anyway
+    #: the longest wait, for an utterance that reads unfinished; the turn ends after this much
+    #: silence anyway
     incomplete_silence_ms: int = 2000
+    #: the wait when only the sound says unfinished (neutral words): above people's 0.5-1.2 s pauses,
+    #: below the longest, as Smart Turn heard 2 of 5 finished things people said as unfinished
+    sound_silence_ms: int = 1500
     #: speech after the end of a turn, before its reply is audible, continues that turn
     #: (the reply is dropped, both parts are transcribed as one message) instead of
     #: starting a new one
     continuation: bool = True
-    #: ... and so does speech starting up to this long after the reply's first audio left
-    #: (not heard yet, no time to react, or the sentence simply went on); later speech is a
-    #: barge-in. A reply audible ~0.45 s into a 1.2 s pause is ~0.8 s old when the speaker
-    #: resumes: with 600 ms such a speaker was cut (CI, 1 of 8 sentences)
+    #: ... and so does speech starting up to this long after the reply's first audio left (not heard
+    #: yet, no time to react, or the sentence went on); later speech is a barge-in. A reply audible
+    #: ~0.45 s into a 1.2 s pause is ~0.8 s old when the speaker resumes: 600 ms cut 1 of 8 (CI)
     continuation_grace_ms: int = 900
     #: ... but never speech that starts more than this long after the user's own end of
     #: speech: that is a new turn however slow the reply was (a reply not yet audible is

@@ -3,7 +3,8 @@
 ``noverdict``: no longer wait after neutral words for a turn model's verdict on its way
 (``turn.verdict_silence_ms`` = ``turn.unsure_silence_ms``). ``wait<N>``: the short wait
 (``vad.end_silence_ms``) N ms, the medium and verdict waits raised to it where shorter:
-the price in latency of keeping quiet through longer pauses.
+the price in latency of keeping quiet through longer pauses. ``sound<N>``: the wait when only
+the sound says unfinished (``turn.sound_silence_ms``) N ms (``sound2000``: as before 2026-12-06).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from voice_pipeline.config import Config, validate
 from voice_pipeline.errors import ConfigError
 
 _WAIT = re.compile(r"wait(\d+)")
+_SOUND = re.compile(r"sound(\d+)")
 
 
 def turn_variant(base: Config, mode: str) -> Config | None:
@@ -22,6 +24,10 @@ def turn_variant(base: Config, mode: str) -> Config | None:
     if mode == "noverdict":
         turn = dataclasses.replace(base.turn, verdict_silence_ms=base.turn.unsure_silence_ms)
         return dataclasses.replace(base, turn=turn)
+    if (m := _SOUND.fullmatch(mode)) is not None:
+        return dataclasses.replace(
+            base, turn=dataclasses.replace(base.turn, sound_silence_ms=int(m.group(1)))
+        )
     if (m := _WAIT.fullmatch(mode)) is None:
         return None
     wait = int(m.group(1))

@@ -300,6 +300,11 @@ def steering(cfg: RealtimeSessionConfig, base: SessionBase) -> Steering:
             vad_config(base.vad, td), replace(base.turn, semantic=False), barge_in, options, reply
         )
     assert isinstance(td, SemanticVad)
-    longest = eagerness_max_wait_ms(td.eagerness, auto_ms=base.turn.incomplete_silence_ms)
-    turn = replace(base.turn, semantic=True, incomplete_silence_ms=max(longest, base.turn.unsure_silence_ms))
+    longest = max(
+        base.turn.unsure_silence_ms,
+        eagerness_max_wait_ms(td.eagerness, auto_ms=base.turn.incomplete_silence_ms),
+    )
+    # the wait on the sound alone keeps its share of the longest one (low eagerness: 6 s of 8)
+    sound = base.turn.sound_silence_ms * longest // base.turn.incomplete_silence_ms
+    turn = replace(base.turn, semantic=True, incomplete_silence_ms=longest, sound_silence_ms=sound)
     return Steering(base.vad, turn, barge_in, options, reply)

@@ -57,6 +57,7 @@ def end_of_turn_policy(vad: VADConfig, turn: TurnConfig, *, uses_model: bool) ->
         turn.complete_threshold,
         uses_model=uses_model,
         verdict_silence_ms=turn.verdict_silence_ms,
+        sound_silence_ms=turn.sound_silence_ms,
     )
 
 
