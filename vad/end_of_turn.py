@@ -55,7 +55,7 @@ Limits, on purpose: the word lists are English; on synthetic voices the model is
 unreliable both ways: fragments synthesized one by one end with a falling, final-sounding
 contour and sound "complete" (espeak-ng, Piper; measured 2026-11), while many of espeak's
 complete statements sound unfinished to it (P(complete) 0.01-0.37 at their real end, which
-then waits the long silence; 2026-12-05, docs/measurements.md session 20), so on such speech
+then waits the sound wait, the long one before session 25; docs/measurements.md session 20), so on such speech
 only the words are reliable; a pause after a grammatically complete clause ("The thing
 is, I don't really know ... what to cook") is left to the sound and, failing that, to
 continuation (:mod:`voice_pipeline.turntaking.ending`). People's read speech is no kinder:

@@ -72,8 +72,8 @@ class TurnConfig:
     #: when the turn model runs in a pause: "words" = once the speculative transcript is in, and only
     #: if the words are neutral (unfinished ones wait the longest anyway; a "?" ends the turn after
     #: the short wait); "pause" = at the first silent frame, beside the decode, its verdict used
-    #: whatever the words; "early" = at the first silent frame, used as with "words". Not "words" only
-    #: while the machine has room; "auto" = per CPU (tuning.py: "early" on AVX2, "words" on AVX-512)
+    #: whatever the words; "early" = at the first silent frame, used as with "words"; both only while
+    #: the machine has room, else "words". "auto" = per CPU (tuning.py: "early" on AVX2 and older)
     model_start: Literal["auto", "words", "early", "pause"] = "auto"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
@@ -86,8 +86,8 @@ class TurnConfig:
     #: the longest wait, for an utterance that reads unfinished; the turn ends after this much
     #: silence anyway
     incomplete_silence_ms: int = 2000
-    #: the wait when only the sound says unfinished (neutral words): above people's 0.5-1.2 s pauses,
-    #: below the longest, as Smart Turn heard 2 of 5 finished things people said as unfinished
+    #: the wait when only the sound says unfinished (neutral words; kept between the medium and the
+    #: long wait): above people's 0.5-1.2 s pauses, as Smart Turn hears 2 of 5 people's ends unfinished
     sound_silence_ms: int = 1500
     #: speech after the end of a turn, before its reply is audible, continues that turn
     #: (the reply is dropped, both parts are transcribed as one message) instead of
