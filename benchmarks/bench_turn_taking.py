@@ -15,7 +15,10 @@ defaults with ``turn.patience_ms: 0`` (a continued speaker's waits do not grow),
 ``noverdict`` = the defaults with no longer wait for a turn model's verdict on its way
 after neutral words (``turn.verdict_silence_ms`` = ``unsure_silence_ms``), ``wait<N>`` = the
 short wait ``vad.end_silence_ms`` N ms (``wait600``; :mod:`voice_pipeline.bench.variants`):
-what keeping quiet through longer pauses costs complete questions.
+what keeping quiet through longer pauses costs complete questions, ``sound<N>`` = the wait
+when only the sound says unfinished (``turn.sound_silence_ms``) N ms.
+``--question-voices human``: instead of espeak's questions, finished things people said
+(:data:`~voice_pipeline.bench.paused.RECORDED_UTTERANCES`), timed apart (``v2v_human``).
 
 ``--conversation``: one session per voice and pause hears all the paused sentences one
 after another, each followed by ``--reply-gap`` seconds for its (short: 24 tokens at most)
@@ -324,16 +327,23 @@ async def main() -> None:
                             rules[mode][row["end_of_turn"]["rule"]] += 1
     report["questions"] = rows
     for mode in modes:
-        for group, times in v2v[mode].items():
-            if times or group == "complete":
-                summaries[mode].update(
-                    {
-                        f"v2v_{group}_p50_ms": percentile(times, 50),
-                        f"v2v_{group}_p95_ms": percentile(times, 95),
-                        f"v2v_{group}_n" if group == "human" else "v2v_n": len(times),
-                    }
-                )
-        summaries[mode]["question_rules"] = dict(rules[mode])
+        complete, human = v2v[mode]["complete"], v2v[mode]["human"]
+        summaries[mode].update(
+            {
+                "v2v_complete_p50_ms": percentile(complete, 50),
+                "v2v_complete_p95_ms": percentile(complete, 95),
+                "v2v_n": len(complete),
+                "question_rules": dict(rules[mode]),
+            }
+        )
+        if human:
+            summaries[mode].update(
+                {
+                    "v2v_human_p50_ms": percentile(human, 50),
+                    "v2v_human_p95_ms": percentile(human, 95),
+                    "v2v_human_n": len(human),
+                }
+            )
         report["modes"][mode] = summaries[mode]
         print(f"\n== {mode}: " + json.dumps(summaries[mode], indent=1), flush=True)
     await engines.aclose()
