@@ -771,6 +771,10 @@ async def test_engine_error_fails_the_turn_and_the_session_goes_on(h: Harness, w
     assert [(f.stage, f.message, f.retryable) for f in failed] == [(stage, str(error), error.retryable)]
     completed = h.transport.of(ev.TurnCompleted, 1)[0]
     assert h.transport.events.index(failed[0]) < h.transport.events.index(completed)
+    # the turn's end cancels the speculative request's task; the request is aborted when that
+    # task next runs (an engine aborts asynchronously anyway): asserted right at the completion,
+    # it failed now and then (CI, 2 of 16 runs of main here)
+    await h.driver.settle()
     assert llm.unfinished_requests() == 0
     if where.startswith("llm"):
         assert llm.failed == h.llm_requests
