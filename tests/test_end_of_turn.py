@@ -51,10 +51,13 @@ CUES = [
     ("Can you tell me a joke?", Cue.COMPLETE),  # the thing told is there
     ("Where did you send us?", Cue.COMPLETE),  # the wh-word is the thing asked for
     ("What can you tell me?", Cue.COMPLETE),
-    # a question that stops on a verb of giving or telling and its recipient: the sound decides
-    ("Can you tell me?", Cue.NEUTRAL),
-    ("Could you show us?", Cue.NEUTRAL),
-    ("Can you give me?", Cue.NEUTRAL),
+    # a question that stops on a verb of giving or telling and its recipient: the thing follows
+    ("Can you tell me?", Cue.INCOMPLETE),
+    ("Could you show us?", Cue.INCOMPLETE),
+    ("Can you give me?", Cue.INCOMPLETE),
+    ("Can you tell me.", Cue.INCOMPLETE),  # its question mark not heard: it opens as one
+    ("Please tell me.", Cue.NEUTRAL),  # a request that is all there
+    ("Tell us!", Cue.COMPLETE),
     # nothing either way
     ("Tell me a joke.", Cue.NEUTRAL),
     ("I don't really know", Cue.NEUTRAL),  # grammatically complete: the sound must tell

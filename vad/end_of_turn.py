@@ -255,13 +255,16 @@ PRONOUNS = frozenset(
 #: verbs of giving and telling: ending a question on one and its recipient ("Can you tell
 #: me?") leaves out the thing given, which a speaker who pauses there is about to say (the
 #: paused sentences of benchmarks/bench_turn_taking.py: "Can you tell me ... what the weather
-#: will be like"). Such a question is only NEUTRAL: the sound decides, not the question mark.
-#: Not a question with a wh-word ("What did you tell me?", "Where did you send us?"): its
-#: missing thing is the wh-word itself.
+#: will be like"). Such a question is unfinished, whatever the question mark and the sound
+#: say (en-gb's "Can you tell me?" sounded finished, P 0.66; session 26). Not a question with
+#: a wh-word ("What did you tell me?", "Where did you send us?"): its missing thing is the
+#: wh-word itself.
 GIVING_VERBS = frozenset(
     {"tell", "show", "teach", "remind", "give", "bring", "send", "hand", "lend", "pass", "buy", "get", "find"}
 )
 RECIPIENTS = frozenset({"me", "us"})
+#: ... or a request that opens like one, its question mark not heard ("Can you tell me.")
+REQUEST_OPENERS = frozenset({"can", "could", "would", "will", "can't", "won't", "couldn't", "wouldn't"})
 WH_WORDS = frozenset({"what", "where", "when", "why", "who", "whom", "whose", "which", "how"})
 
 #: adverbs of degree: after a copula they announce the adjective they grade ("to be
@@ -283,10 +286,10 @@ def transcript_cue(text: str) -> Cue:
     INCOMPLETE when it trails off ("...", a comma, a dash), ends in a word of
     :data:`NEVER_FINAL`, ends in a word of :data:`RARELY_FINAL` without a question mark,
     ends in a copula right after a noun, or in an adverb of :data:`DEGREE` right after a
-    copula ("it's very"); COMPLETE when it ends with "?" or "!" (but
-    NEUTRAL when it has no wh-word and ends on a verb of :data:`GIVING_VERBS` and its
-    recipient: "Can you tell me?"); NEUTRAL otherwise, and for no words at all (silence
-    is the VAD's business).
+    copula ("it's very"), or is a question (or opens like one, :data:`REQUEST_OPENERS`) with
+    no wh-word that ends on a verb of :data:`GIVING_VERBS` and its recipient ("Can you tell
+    me?", not "Tell me!"); COMPLETE when it ends with "?" or "!"; NEUTRAL otherwise, and for
+    no words at all (silence is the VAD's business).
     """
     stripped = text.strip()
     words = _TOKEN.findall(stripped.lower().replace("\u2019", "'"))  # typographic apostrophe
@@ -302,9 +305,9 @@ def transcript_cue(text: str) -> Cue:
         return Cue.INCOMPLETE
     if last in DEGREE and not question and len(words) >= 2 and _is_copula(words[-2]):
         return Cue.INCOMPLETE
-    if question and len(words) >= 2 and last in RECIPIENTS and words[-2] in GIVING_VERBS:
-        if WH_WORDS.isdisjoint(words):
-            return Cue.NEUTRAL
+    if len(words) >= 2 and last in RECIPIENTS and words[-2] in GIVING_VERBS:
+        if (stripped.endswith("?") or words[0] in REQUEST_OPENERS) and WH_WORDS.isdisjoint(words):
+            return Cue.INCOMPLETE
     return Cue.COMPLETE if question else Cue.NEUTRAL
 
 
