@@ -38,8 +38,16 @@ def test_sound_sets_the_wait_on_the_sound_alone_and_nothing_else() -> None:
     assert cfg.turn == dataclasses.replace(base.turn, sound_silence_ms=2000) and cfg.vad == base.vad
 
 
+def test_grace_sets_the_continuation_grace_and_nothing_else() -> None:
+    base = Config()
+    cfg = turn_variant(base, "grace900")
+    assert cfg is not None
+    assert cfg.turn == dataclasses.replace(base.turn, continuation_grace_ms=900) and cfg.vad == base.vad
+
+
 def test_other_modes_are_not_variants_and_bad_waits_say_why() -> None:
     assert turn_variant(Config(), "new") is None
     assert turn_variant(Config(), "wait") is None
+    assert turn_variant(Config(), "grace") is None
     with pytest.raises(ValueError, match=r"wait10.*end_silence_ms"):
         turn_variant(Config(), "wait10")

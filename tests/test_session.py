@@ -260,7 +260,7 @@ async def hearing_the_reply(h: Harness, seconds: float | None = None) -> None:
 
 async def test_words_over_a_reply_pause_it_at_once_then_interrupt_it(h: Harness) -> None:
     t, d, llm = h.transport, h.driver, h.fakes.llm
-    llm.hold_after(8)  # the LLM is still streaming when the user barges in
+    llm.hold_after(16)  # the LLM is still streaming, and its audio playing, when the user barges in
     await hearing_the_reply(h)
     # the clauses complete within the 8 tokens (the first, at least), and not the rest
     spoken = h.fakes.tts.texts
@@ -278,7 +278,7 @@ async def test_words_over_a_reply_pause_it_at_once_then_interrupt_it(h: Harness)
     assert llm.aborted == []
     assert llm.unfinished_requests() == 1
     played = t.played_samples(1)
-    assert played == t.clears(1)[0] - t.playout.chunks[0].start
+    assert played == t.playout.played(1, t.clears(1)[0]) > 0  # nothing played after the flush
 
     await d.speak(0.2)  # well under confirm_speech_ms: the words decide
     await d.quiet_until(lambda: h.completed(1))
@@ -292,7 +292,7 @@ async def test_words_over_a_reply_pause_it_at_once_then_interrupt_it(h: Harness)
     rec1 = h.record(1)
     assert rec1.interrupted
     assert rec1.false_interruptions == 0
-    assert rec1.assistant_text == " ".join(REPLY.split()[:8])
+    assert rec1.assistant_text == " ".join(REPLY.split()[:16])
     heard = rec1.heard_text.split()
     assert 0 < len(heard) < len(" ".join(spoken).split())
     assert heard == REPLY.split()[: len(heard)]

@@ -93,10 +93,10 @@ class TurnConfig:
     #: (the reply is dropped, both parts are transcribed as one message) instead of
     #: starting a new one
     continuation: bool = True
-    #: ... and so does speech starting up to this long after the reply's first audio left (not heard
-    #: yet, no time to react, or the sentence went on); later speech is a barge-in. A reply audible
-    #: ~0.45 s into a 1.2 s pause is ~0.8 s old when the speaker resumes: 600 ms cut 1 of 8 (CI)
-    continuation_grace_ms: int = 900
+    #: ... and so does speech starting up to this long after the reply's first audio left; later is a
+    #: barge-in. As long as the max gap, which then decides alone, on any machine: at 900 a reply
+    #: audible 0.3 s into a 1.45 s pause cut the sentence only where replies come that fast (session 26)
+    continuation_grace_ms: int = 1500
     #: ... but never speech that starts more than this long after the user's own end of
     #: speech: that is a new turn however slow the reply was (a reply not yet audible is
     #: dropped and one reply answers both messages; an audible one is barged in on); 0 = no cap

@@ -42,9 +42,10 @@ LONG_PROMPTS: tuple[str, ...] = (
 #: server's end-of-turn silence), so it stays one user turn
 INTERRUPTION = "Please tell me about the moon instead."
 
-#: the interruption starts this far into the reply audio (uniform, seeded); after the
-#: server's continuation grace (turn.continuation_grace_ms, 900 ms), so it is a barge-in
-INTERRUPT_DELAY_S = (1.2, 2.2)
+#: the interruption starts this far into the reply audio (uniform, seeded): more than the
+#: server's continuation gap (turn.continuation_max_gap_ms, 1500 ms) after the caller's end of
+#: speech, and past its grace (as long), so it is a barge-in
+INTERRUPT_DELAY_S = (1.6, 2.6)
 #: sessions start staggered by up to this much (seeded)
 START_SPREAD_S = 1.0
 

@@ -5,6 +5,8 @@
 (``vad.end_silence_ms``) N ms, the medium and verdict waits raised to it where shorter:
 the price in latency of keeping quiet through longer pauses. ``sound<N>``: the wait when only
 the sound says unfinished (``turn.sound_silence_ms``) N ms (``sound2000``: as before 2026-12-06).
+``grace<N>``: speech up to N ms after a reply's first audio continues its turn
+(``turn.continuation_grace_ms``; ``grace900``: as before session 26).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from voice_pipeline.errors import ConfigError
 
 _WAIT = re.compile(r"wait(\d+)")
 _SOUND = re.compile(r"sound(\d+)")
+_GRACE = re.compile(r"grace(\d+)")
 
 
 def turn_variant(base: Config, mode: str) -> Config | None:
@@ -27,6 +30,10 @@ def turn_variant(base: Config, mode: str) -> Config | None:
     if (m := _SOUND.fullmatch(mode)) is not None:
         return dataclasses.replace(
             base, turn=dataclasses.replace(base.turn, sound_silence_ms=int(m.group(1)))
+        )
+    if (m := _GRACE.fullmatch(mode)) is not None:
+        return dataclasses.replace(
+            base, turn=dataclasses.replace(base.turn, continuation_grace_ms=int(m.group(1)))
         )
     if (m := _WAIT.fullmatch(mode)) is None:
         return None
