@@ -262,7 +262,7 @@ async def test_words_over_a_reply_pause_it_at_once_then_interrupt_it(h: Harness)
     t, d, llm = h.transport, h.driver, h.fakes.llm
     llm.hold_after(16)  # the LLM is still streaming, and its audio playing, when the user barges in
     await hearing_the_reply(h)
-    # the clauses complete within the 8 tokens (the first, at least), and not the rest
+    # the clauses complete within the 16 tokens (the first, at least), and not the rest
     spoken = h.fakes.tts.texts
     assert spoken and spoken == clauses_of(REPLY, h.cfg.tts.min_clause_words)[: len(spoken)]
     assert " ".join(spoken) != REPLY
