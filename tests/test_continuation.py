@@ -235,6 +235,30 @@ async def test_speech_within_the_grace_after_the_first_audio_continues_and_flush
     assert h.session.history[-2:] == [ChatMessage("user", "and in paris"), ChatMessage("assistant", REPLY)]
 
 
+async def test_speech_within_the_gap_continues_however_long_the_reply_has_played(h: Harness) -> None:
+    """A fast machine: the reply is audible soon after the end of turn, and the speaker goes on
+    1.0 s after its first audio (past the old 900 ms grace) but within
+    ``turn.continuation_max_gap_ms`` of their own end of speech. With the defaults the gap alone
+    decides, whatever the machine's speed: the turn continues (session 26)."""
+    t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
+    llm.hold_after(16)  # still playing when the speaker goes on
+    await d.speak(0.5)
+    spoke_until = h.clock()
+    await d.quiet_until(lambda: t.played_samples(1) > 0)
+    audible_at = first_audio_ns(h, 1)
+    await d.quiet(1.0 - (h.clock() - audible_at) / 1e9)
+    assert h.clock() - audible_at >= 1_000_000_000 > 900_000_000  # past the old grace
+    assert (h.clock() - spoke_until) / 1e6 < h.cfg.turn.continuation_max_gap_ms - 100  # within the gap
+    asr.text = "and in paris"
+    await d.speak_until(lambda: bool(t.of(ev.TurnContinued, 1)), max_s=1.0)
+    assert t.of(ev.ReplyInterrupted) == [] and t.of(ev.SpeechStarted, 2) == []
+    llm.release()
+    await d.speak(0.3)
+    await d.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert rec.continuations == 1 and not rec.interrupted
+
+
 async def test_speech_after_the_grace_is_a_barge_in(h: Harness) -> None:
     t, d, llm, asr = h.transport, h.driver, h.fakes.llm, h.fakes.asr
     llm.hold_after(8)
