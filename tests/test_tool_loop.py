@@ -337,6 +337,10 @@ async def test_a_tool_that_times_out_or_raises_gets_the_apology(name: str, args:
     h = make_harness(dataclasses.replace(cfg, dialogue=d), Fakes(llm=llm))
     try:
         await h.driver.speak(0.5)
+        await h.driver.quiet_until(lambda: bool(h.transport.of(ev.ToolCallDone, 1)))
+        # the tool's own timeout (0.05 s) runs on the real clock: on a fast CPU the fake
+        # clock's 30 s of silence can be fed in less than that (seen: 46 ms on a Zen 5 EPYC)
+        await until(lambda: bool(h.transport.of(ev.ToolResult, 1)))
         await h.driver.quiet_until(lambda: h.transport.record(1) is not None)
         (failed,) = h.transport.of(ev.TurnFailed, 1)
         assert (failed.stage, failed.message, failed.retryable) == ("tool", f"tool call failed: {why}", True)
