@@ -595,7 +595,11 @@ class EchoRoom:
 
 
 class Driver:
-    """Feeds a session 20 ms chunks stamped with the fake clock, letting the loop run between."""
+    """Feeds a session 20 ms chunks stamped with the fake clock, letting the loop run between.
+
+    Feeding does not advance the real clock: 30 s of input can take 50 ms on a fast CPU. What
+    runs on asyncio's clock (a tool's timeout, its filler's delay) must be waited for as such
+    (``polling.until`` on the event it ends with), not by feeding more."""
 
     def __init__(self, session: Session, clock: FakeClock, fakes: Fakes) -> None:
         self.session = session
