@@ -13,6 +13,7 @@ from harness import REPLY, Harness
 
 from voice_pipeline import events as ev
 from voice_pipeline.conversation.reply import ReplyOptions
+from voice_pipeline.turntaking.ending import FIRST_AUDIO_HOLD_MAX_MS
 from voice_pipeline.turntaking.messages import TurnOptions
 
 VOICE_S = 0.04  # two 20 ms chunks: one 32 ms VAD frame voiced, short of vad.min_speech_ms
@@ -82,3 +83,25 @@ async def test_a_text_only_reply_is_not_held_up_by_a_voice(h: Harness) -> None:
     rec = h.record(1)
     assert rec.assistant_text == REPLY and not rec.interrupted and rec.continuations == 0
     assert played(h, 1) == [] and h.fakes.tts.texts == []
+
+
+async def test_a_hold_ends_on_time_when_the_input_stops(h: Harness) -> None:
+    """The client stops sending audio while a voice holds the first audio (a realtime client's
+    file ended on a click, a muted microphone): the hold still ends at its longest, with no
+    frame to end it, and the reply is heard -- never a silent hang."""
+    t, d = h.transport, h.driver
+    await reply_ready_while_a_voice_is_heard(h)
+    assert played(h, 1) == []
+    longest_ns = max(FIRST_AUDIO_HOLD_MAX_MS, 2 * h.cfg.vad.min_speech_ms) * 1_000_000
+    voice_end_ns = h.clock()
+    h.clock.advance(longest_ns // 2)  # no input: only time passes
+    await d.settle()
+    assert played(h, 1) == [], "held while the voice may still become speech"
+    h.clock.advance(longest_ns // 2)
+    await d.settle()
+    assert played(h, 1), "the hold ended at its longest though no frame came"
+    assert t.time_of(min(c.start for c in played(h, 1))) <= voice_end_ns + longest_ns
+    await d.quiet_until(lambda: h.completed(1))
+    rec = h.record(1)
+    assert rec.continuations == 0 and rec.assistant_text == REPLY and not rec.interrupted
+    assert rec.first_audio_held_ms > 0

@@ -20,7 +20,7 @@ import pytest
 from vad.end_of_turn import Cue, EndOfTurnPolicy, Rule
 from voice_pipeline.config import BargeInConfig, TurnConfig, VADConfig
 from voice_pipeline.turntaking.bargein import InterruptionKind
-from voice_pipeline.turntaking.ending import Continuation
+from voice_pipeline.turntaking.ending import FIRST_AUDIO_HOLD_MAX_MS, Continuation
 from voice_pipeline.turntaking.machine import TurnMachine
 from voice_pipeline.turntaking.messages import (
     Answer,
@@ -144,6 +144,13 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class Tick:
+    """``ms`` pass with no input (the client stopped sending); the runtime tells the machine."""
+
+    ms: int
+
+
+@dataclass(frozen=True)
 class Configure:
     options: TurnOptions
     barge: BargeInConfig = BARGE
@@ -165,6 +172,7 @@ Input = (
     | Respond
     | Cancel
     | Configure
+    | Tick
 )
 
 
@@ -173,10 +181,11 @@ class Driver:
     m: TurnMachine
     frames: int = 0
     pause_end: int = 0  # speech end of the last Speculate
+    idle_ns: int = 0  # time passed with no frame (Tick)
 
     @property
     def now(self) -> int:
-        return self.frames * FRAME_NS
+        return self.frames * FRAME_NS + self.idle_ns
 
     def apply(self, step: Input) -> list[Command]:
         m = self.m
@@ -219,6 +228,9 @@ class Driver:
                 return m.respond()
             case Cancel(turn=turn):
                 return m.cancel(turn)
+            case Tick(ms=ms):
+                self.idle_ns += ms * 1_000_000
+                return m.tick(self.now)
             case Configure(options=options, barge=barge, vad=vad):
                 return m.configure(vad, barge, POLICY, options, position=self.frames * F)
         raise AssertionError(step)  # pragma: no cover
@@ -264,6 +276,11 @@ def end(
 
 
 Expect = Command | Callable[[Command], bool]
+
+
+def held_from(onset_frame: int) -> HoldReply:
+    """Turn 1's first audio held for a voice with its onset at that frame: 400 ms at most."""
+    return HoldReply(1, True, t_of(onset_frame * F) + FIRST_AUDIO_HOLD_MAX_MS * 1_000_000)
 
 
 @dataclass(frozen=True)
@@ -418,7 +435,7 @@ CASES = [
         [
             *ASK,
             *answered(),
-            (Frames("#"), [HoldReply(1, True)], {1: RE}),  # nothing of the reply goes out now
+            (Frames("#"), [held_from(5)], {1: RE}),  # nothing of the reply goes out now
             (Frames("#"), [ContinueTurn(1, 5 * F), HoldReply(1, False)], {1: L}),
             (Frames("."), [Speculate(1, 7 * F)], {1: MF}),
             *answered(speech_end_frame=7, decided=10),
@@ -433,7 +450,7 @@ CASES = [
         [
             *ASK,
             *answered(),
-            (Frames("#"), [HoldReply(1, True)], {1: RE}),
+            (Frames("#"), [held_from(5)], {1: RE}),
             (Frames("."), [HoldReply(1, False)], {1: RE}),  # a cough, a click: the reply goes
             (Audible(1), [], {1: AU}),
             (Frames("#"), [], {1: AU}),  # once audible, speech over it is continuation's or barge-in's
@@ -444,10 +461,22 @@ CASES = [
         [
             *ASK,
             *answered(),
-            (Frames("#"), [HoldReply(1, True)], {1: RE}),
+            (Frames("#"), [held_from(5)], {1: RE}),
             (Frames("~" * 11), [], {1: RE}),  # 384 ms since its onset: still held
             (Frames("~"), [HoldReply(1, False)], {1: RE}),  # 416 ms: a hum, not the user
             (Frames("~"), [], {1: RE}),
+        ],
+    ),
+    Case(
+        "the input stops while a voice holds the first audio: the hold ends on time all the same",
+        [
+            *ASK,
+            *answered(),
+            (Frames("#"), [held_from(5)], {1: RE}),  # its onset at 160 ms, now 192 ms: held until 560
+            (Tick(367), [], {1: RE}),  # 559 ms
+            (Tick(1), [HoldReply(1, False)], {1: RE}),  # no frame came, the reply goes
+            (Tick(100), [], {1: RE}),
+            (Frames("."), [], {1: RE}),
         ],
     ),
     Case(
@@ -473,7 +502,7 @@ CASES = [
         [
             *ASK,
             *answered(),  # 96 ms
-            (Frames("##"), [HoldReply(1, True), ContinueTurn(1, 5 * F), HoldReply(1, False)], {1: L}),
+            (Frames("##"), [held_from(5), ContinueTurn(1, 5 * F), HoldReply(1, False)], {1: L}),
             (Frames("."), [Speculate(1, 7 * F)], {1: MF}),
             *answered(speech_end_frame=7, decided=14, patience_ms=128),  # 96 + 128
             (Finished(1), [Seal(1)], {}),
@@ -1042,8 +1071,10 @@ def test_a_voice_holds_the_first_audio_400_ms_at_most_or_twice_the_speech_the_va
     def at(ms: int) -> int:
         return t_of(onset) + ms * 1_000_000
 
-    assert c.holds(t, at(400), onset, 150) and not c.holds(t, at(401), onset, 150)
-    assert c.holds(t, at(600), onset, 300) and not c.holds(t, at(601), onset, 300)  # a slower VAD
+    assert c.holds(t, at(399), onset, 150) and not c.holds(t, at(400), onset, 150)
+    assert c.holds(t, at(599), onset, 300) and not c.holds(t, at(600), onset, 300)  # a slower VAD
+    assert c.hold_until(onset, 150) == at(400) and c.hold_until(onset, 300) == at(600)
+    assert c.hold_until(None, 150) is None
     assert not c.holds(t, at(10), None, 150)  # no voice
     t.phase = Phase.AUDIBLE  # audio is out: speech over it is not this hold's business
     assert not c.holds(t, at(10), onset, 150)

@@ -52,6 +52,7 @@ from llm.prefill import PrefillPlanner
 from vad.end_of_turn import EndOfTurnPolicy
 from voice_pipeline import events as ev
 from voice_pipeline.clock import now_ns
+from voice_pipeline.clock import sleep_until as clock_sleep_until
 from voice_pipeline.config import BargeInConfig, Config, TurnConfig, VADConfig
 from voice_pipeline.conversation import wiring
 from voice_pipeline.conversation.history import Context, History
@@ -109,7 +110,7 @@ class Session:
         self._history = History(cfg.dialogue.system_prompt, cfg.dialogue.history_max_tokens)
         self._context: Context = context or self._history
         tools = None if context is not None else ToolBox.of(cfg.dialogue, spawn, self._history.resolve)
-        sleep = sleep_until or self._real_sleep_until
+        sleep = sleep_until or functools.partial(clock_sleep_until, clock=clock)
         self._ctx = TurnContext(
             wiring.utterance_engines(engines),
             wiring.turn_settings(cfg, engines),
@@ -187,9 +188,8 @@ class Session:
         options: te.TurnOptions,
         reply: ReplyOptions,
     ) -> None:
-        """New turn-taking settings for the frames and turns to come; ``reply``: how the
-        automatic replies are given. Changing ``options.detection`` drops the user's turn
-        in progress (see :meth:`TurnMachine.configure`)."""
+        """New turn-taking settings for the frames and turns to come; ``reply``: how automatic replies
+        are given. Changing ``options.detection`` drops the user's turn in progress (the machine's rule)."""
         self._cfg = cfg = dataclasses.replace(self._cfg, vad=vad, turn=turn, barge_in=barge_in)
         # a text-only reply has no audio: a speculative one holds none either
         hold = cfg.dialogue.speculative_audio and reply.speak
@@ -255,8 +255,10 @@ class Session:
                     self._start_reply(turns[tid])
                 case te.PauseReply(turn_id=tid, onset_ns=onset):
                     turns[tid].pause_reply(onset)
-                case te.HoldReply(turn_id=tid, held=held):
+                case te.HoldReply(turn_id=tid, held=held, until_ns=until):
                     turns[tid].hold_reply(held)
+                    if until is not None:  # the input may stop: no frame would end the hold then
+                        self._tasks.spawn(self._tick_at(until), f"hold-{tid}")
                 case te.ResumeReply(turn_id=tid, kind=kind):
                     turns[tid].resume_reply(kind)
                 case te.CancelReply(turn_id=tid, reason=reason, barge_in=barge_in):
@@ -266,6 +268,10 @@ class Session:
                     # sealed turn's utterance gets no more input (OpenTurns.capture asks the machine)
         turns.settle()
 
+    async def _tick_at(self, t_ns: int) -> None:  # the machine is told the time came, input or not
+        await self._ctx.sleep_until(t_ns)
+        self._execute(self._machine.tick(self._clock()))
+
     def _new_turn(self, turn_id: int, *, spoken_over: int | None) -> Turn:
         phase = functools.partial(self._machine.phase, turn_id)  # the turn's state: the machine's
         turn = Turn(turn_id, self.ledger.new_turn(turn_id), self._ctx, spoken_over=spoken_over, phase=phase)
@@ -273,8 +279,7 @@ class Session:
         return turn
 
     def _warm(self, committed: str = "") -> None:
-        """Keep the next request's known start in the LLM's prefix cache (:mod:`.warmer`):
-        the system prompt and history, and the committed words of the user's utterance."""
+        """Keep the next request's start (system prompt, history, committed words) in the prefix cache."""
         self._warmer.warm(committed, idle=self._turns.llm_idle)
 
     # ------------------------------------------------------------ the reply
@@ -344,15 +349,11 @@ class Session:
         self._tasks.spawn(turn.utterance.aclose(), f"close-asr-{turn.turn_id}")
 
     def _prepare_phrases(self) -> None:
-        """Synthesize the filler in the background, so it costs nothing when it is needed.
-        (The apology is synthesized when first needed: failures are not the fast path.)"""
+        """Synthesize the filler ahead, so it costs nothing when needed (the apology: when first needed)."""
         self._phrases_prepared = True
         text = self._cfg.dialogue.filler_text
         if self._cfg.dialogue.filler_after_ms > 0 and text:
             self._tasks.spawn(self._phrases.prepare(text), "prepare-filler")
-
-    async def _real_sleep_until(self, t_ns: int) -> None:
-        await asyncio.sleep(max(0.0, (t_ns - self._clock()) / 1e9))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -369,9 +370,8 @@ class Session:
         await self._turns.wait_no_reply()
 
     async def wait_evidence(self) -> None:
-        """Return once the evidence of every pause being decided has come back (a driver
-        that feeds input faster than real time waits here, so that the end-of-turn policy
-        decides as if the models answered at once)."""
+        """Return once the evidence of every pause being decided is back (a driver feeding input
+        faster than real time waits here: the end-of-turn policy decides as if the models were instant)."""
         for turn in self._turns:
             await turn.utterance.evidence_settled()
 

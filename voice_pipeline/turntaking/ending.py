@@ -15,7 +15,8 @@ Nor does a reply start over a speaker who has just gone on: while a voiced run t
 after the end may still become speech that continues the turn (the VAD has not heard
 ``vad.min_speech_ms`` of it yet), :meth:`Continuation.holds` keeps the reply's first audio
 back -- for at most :data:`FIRST_AUDIO_HOLD_MAX_MS` of that run, or twice ``vad.min_speech_ms``
-(a hum hovering between the VAD's thresholds holds nothing longer). Without it, a reply
+(a hum hovering between the VAD's thresholds holds nothing longer; nor does a voice after which
+the input stops: :meth:`Continuation.hold_until` is when the runtime asks again). Without it, a reply
 ready 0-150 ms after the speaker went on started over them and was flushed only when their
 speech was confirmed.
 
@@ -97,8 +98,15 @@ class Continuation:
         of it, or twice ``min_speech_ms``."""
         if t.phase is not Phase.REPLYING or pending_onset is None or not self.continues(t, pending_onset):
             return False
-        longest_ms = max(FIRST_AUDIO_HOLD_MAX_MS, 2 * min_speech_ms)
-        return now_ns - self._time_of(pending_onset) <= longest_ms * 1_000_000
+        until = self.hold_until(pending_onset, min_speech_ms)
+        return until is not None and now_ns < until
+
+    def hold_until(self, pending_onset: int | None, min_speech_ms: int) -> int | None:
+        """When a hold for the voiced run with its onset at input sample ``pending_onset`` ends
+        at the latest (the runtime asks again then, even if no input came since)."""
+        if pending_onset is None:
+            return None
+        return self._time_of(pending_onset) + max(FIRST_AUDIO_HOLD_MAX_MS, 2 * min_speech_ms) * 1_000_000
 
     def expired(self, t: TurnState, now_ns: int, pending_onset: int | None) -> bool:
         """``t`` (not sealed yet) can no longer be continued: its reply has been audible

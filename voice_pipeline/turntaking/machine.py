@@ -28,14 +28,7 @@ from voice_pipeline.turntaking.bargein import (
 )
 from voice_pipeline.turntaking.ending import Continuation, Patience
 from voice_pipeline.turntaking.hold import Hold
-from voice_pipeline.turntaking.messages import (
-    CancelReason,
-    Command,
-    Detection,
-    EvidenceFound,
-    Transcribed,
-    TurnOptions,
-)
+from voice_pipeline.turntaking.messages import CancelReason, Command, EvidenceFound, TurnOptions
 from voice_pipeline.turntaking.phases import (
     HEARD_PHASES,
     REPLY_PHASES,
@@ -111,7 +104,7 @@ class TurnMachine:
     def frame(self, p: float, *, frame_start_ns: int, now_ns: int, is_echo: EchoProbe) -> list[Command]:
         """One VAD frame (``p`` with the per-frame echo already removed)."""
         cmds: list[Command] = []
-        if self._options.detection is Detection.MANUAL:
+        if self._options.detection is cmd.Detection.MANUAL:
             return self._manual_frame(now_ns)
         self._barge_in_frame(p, frame_start_ns, is_echo, cmds)
         steps = self.endpointer.update(p)
@@ -120,14 +113,21 @@ class TurnMachine:
         else:  # push-to-talk decides the turn's start and end
             for step in steps:
                 self._endpoint(step, cmds)
-        pending = self.endpointer.pending_onset  # a voice not speech yet (or a noise)
-        for t in self._turns.values():  # seal the turns that can no longer be continued; hold first audio
+        return cmds + self.tick(now_ns)
+
+    def tick(self, now_ns: int) -> list[Command]:
+        """Time passed (a frame, or a hold's ``until_ns`` with no input since): seal the turns that
+        can no longer be continued; hold their first audio back (a voice not speech yet), or let it go."""
+        cmds: list[Command] = []
+        pending, min_speech_ms = self.endpointer.pending_onset, self._vad.min_speech_ms
+        for t in self._turns.values():
             if self.continuation.expired(t, now_ns, pending):
                 t.sealed = True
                 cmds.append(cmd.Seal(t.turn_id))
-            if t.held is not (held := self.continuation.holds(t, now_ns, pending, self._vad.min_speech_ms)):
+            if t.held is not (held := self.continuation.holds(t, now_ns, pending, min_speech_ms)):
                 t.held = held
-                cmds.append(cmd.HoldReply(t.turn_id, held))
+                until = self.continuation.hold_until(pending, min_speech_ms) if held else None
+                cmds.append(cmd.HoldReply(t.turn_id, held, until))
         return cmds
 
     def evidence(self, found: EvidenceFound) -> list[Command]:
@@ -145,11 +145,11 @@ class TurnMachine:
             self._endpoint(step, cmds)
         return cmds
 
-    def transcribed(self, turn_id: int, text: str, said: str = "") -> Transcribed:
+    def transcribed(self, turn_id: int, text: str, said: str = "") -> cmd.Transcribed:
         """The final transcript of a turn that ended; ``said``: the reply it was spoken over (echo?)."""
         t = self._turns.get(turn_id)
         if t is None or t.phase not in REPLY_PHASES:
-            return Transcribed((), None)
+            return cmd.Transcribed((), None)
         over = self._turns.get(t.spoken_over) if t.spoken_over is not None else None
         before: list[Command] = []
         if t.spoken_over is None:
@@ -162,7 +162,7 @@ class TurnMachine:
             before = self._confirm(over, CancelReason.WORDS) if ok else self._false_interruption(over, kind)
         answer = text and kind in (None, InterruptionKind.WORDS)
         verdict = self._options.verdict(turn_id, kind) if answer else cmd.Dismiss(turn_id, kind)
-        return Transcribed((*before, verdict), verdict)
+        return cmd.Transcribed((*before, verdict), verdict)
 
     def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
         t = self._turns.get(turn_id)
@@ -217,7 +217,7 @@ class TurnMachine:
         if not self._hold.input_cut(position) or self.user is None:
             return []
         speech_end = position
-        if self._options.detection is Detection.VAD:
+        if self._options.detection is cmd.Detection.VAD:
             speech_end = self.endpointer.speech_end_sample or position
             self.endpointer.abandon()
         return self._end(EndOfTurn(speech_end, position, Rule.COMMIT))

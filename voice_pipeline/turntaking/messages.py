@@ -171,10 +171,13 @@ class PauseReply:
 @dataclass(frozen=True, slots=True)
 class HoldReply:
     """Hold the reply's first audio back (``held``: a voice began that may be the user going
-    on), or let it go (it was not, or it was and the reply is dropped)."""
+    on), or let it go (it was not, or it was and the reply is dropped). ``until_ns``: when a
+    hold ends at the latest; the runtime then calls :meth:`TurnMachine.tick`, as input may
+    have stopped (no frame would end it)."""
 
     turn_id: int
     held: bool
+    until_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
