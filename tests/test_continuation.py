@@ -205,6 +205,9 @@ def test_a_hesitation_raises_the_short_wait_to_the_pause_for_the_rest_of_the_tur
     p.continued(Rule.COMPLETE)
     p.resumed(600)
     assert p.policy(base) == dataclasses.replace(base, patience_ms=1000)
+    person = Patience(1000, used_from_ms=500)
+    person.resumed(384)  # what the VAD measured of a person's 0.5 s pause (tests/data/human)
+    assert person.policy(base) == dataclasses.replace(base, patience_ms=384 + HESITATION_MARGIN_MS - 250)
     off = Patience(0, used_from_ms=500)  # patience off: no hesitation either
     off.resumed(1500)
     assert off.policy(base) is base

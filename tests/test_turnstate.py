@@ -532,15 +532,15 @@ CASES = [
             *ASK,
             (Words(Cue.INCOMPLETE), [], {1: MF}),  # the long wait holds the pause
             (Frames("." * 12), [], {1: MF}),
-            (Frames("#"), [StopSpeculating(1)], {1: L}),  # 416 ms: a hesitation (400 ms or more)
+            (Frames("#"), [StopSpeculating(1)], {1: L}),  # 416 ms: a hesitation (320 ms or more)
             (Frames("#."), [Speculate(1, 17 * F)], {1: MF}),
             # a phrase that reads and sounds finished: the short wait covers the 416 ms hesitation
-            # and the margin: 96 + (416 + 100 - 96) = 516 ms, decided at 544 (17 frames)
-            *answered(speech_end_frame=17, decided=34, patience_ms=420),
+            # and the margin, at most the patience: 96 + min(416 + 200 - 96, 480) = 576 ms (18 frames)
+            *answered(speech_end_frame=17, decided=35, patience_ms=480),
             (Finished(1), [Seal(1)], {}),
-            (Frames("##"), [BeginTurn(2, 34 * F, 34 * F, None)], {2: L}),
-            (Frames("."), [Speculate(2, 36 * F)], {2: MF}),
-            *answered(2, speech_end_frame=36, decided=39),  # a new turn: the short wait
+            (Frames("##"), [BeginTurn(2, 35 * F, 35 * F, None)], {2: L}),
+            (Frames("."), [Speculate(2, 37 * F)], {2: MF}),
+            *answered(2, speech_end_frame=37, decided=40),  # a new turn: the short wait
         ],
         make=lambda: machine(turn=HESITANT),
     ),
