@@ -141,6 +141,35 @@ def test_a_pause_after_words_that_cannot_end_a_sentence_is_not_answered(recorded
             assert len(h.turns) == 1 and len(ends) == 1, h.describe()
 
 
+async def test_a_person_who_hesitated_half_a_second_is_not_answered_at_their_next_pause(
+    engines: Engines, config: Config
+) -> None:
+    """A person reads "And Mr. ... John Dashwood had then ... leisure to consider ..."
+    (tests/data/human), each of their pauses made 0.5 s longer. The title holds the first
+    pause, and the VAD measures it ~384 ms: a hesitation, so for the rest of the turn the
+    short wait covers such a pause. The second pause follows words that read and sound
+    finished ("Mr. John Dashwood had then", P(complete) 0.71): no reply is heard in either
+    pause, and the sentence is one turn, answered once. With hesitations counted from 400 ms
+    (before session 29) the reply was heard 0.26-0.31 s into the second pause and the turn
+    was continued."""
+    rec = RECORDED_SENTENCES[0]
+    assert rec.file == "austen-0870.flac"
+    clip = recorded_speech(rec, 0.5, RATE)
+    lead = np.zeros(round(LEAD_S * RATE), np.float32)
+    audio = np.concatenate([lead, clip.samples, np.zeros(3 * RATE, np.float32)])
+    result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, realtime=True), timeout=120)
+    heard = reply_heard_in_pauses(result.output, result.output_rate_hz, clip, LEAD_S)
+    turns = [r for r in result.records if r.user_text]
+    said = [(r.user_text, [e.as_dict() for e in (*r.undone_ends, r.end_of_turn) if e]) for r in turns]
+    print(f"reply heard in each pause: {' '.join(f'{s:.2f}' for s in heard)} s; turns {said}")
+    assert heard == [0.0, 0.0], said
+    assert len(turns) == 1 and not turns[0].undone_ends and turns[0].continuations == 0, said
+    end = turns[0].end_of_turn
+    assert end is not None and end.patience_ms > 0, said  # the hesitation's wait ended it
+    assert word_error_rate(clip.text, " ".join(words(turns[0].user_text))) <= 0.2, said
+    assert turns[0].assistant_text and not turns[0].interrupted
+
+
 async def test_a_finished_sentence_that_sounds_unfinished_is_answered_after_the_sound_wait(
     engines: Engines, config: Config
 ) -> None:
