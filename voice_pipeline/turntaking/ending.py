@@ -122,8 +122,8 @@ PATIENT_RULES = frozenset({Rule.COMPLETE, Rule.UNSURE, Rule.NO_VERDICT, Rule.INC
 
 
 #: a pause this long that did not end the turn is a hesitation: people's are 0.5-1.2 s, which
-#: the VAD measures short: 30-60 ms on espeak's silent pauses, ~120 ms on a person's 0.5 s pause
-#: in a recording (384 ms: "And Mr. ... John Dashwood", tests/data/human; session 29)
+#: the VAD measures short: 30-60 ms on espeak's silent pauses, over 100 ms on a person's (a pause
+#: made 0.5 s longer in a recording measured 384 ms: "And Mr. ... John", tests/data/human)
 HESITATION_MIN_MS = 320
 #: a hesitation's patience covers the pause it saw and this much more: the same speaker's next
 #: pause may be longer (that recording's two pauses, each made 1.2 s longer: 1120 and 1152 ms)
