@@ -36,6 +36,7 @@ from voice_pipeline.bench.paused import (
     RECORDED_SENTENCES,
     RECORDED_UTTERANCES,
     PausedSpeech,
+    Recording,
     reply_heard_in_pauses,
 )
 from voice_pipeline.runner import RunResult, run_audio
@@ -64,9 +65,33 @@ class Heard:
     def turns(self) -> list[TurnRecord]:
         return [r for r in self.result.records if r.user_text or r.assistant_text]
 
+    @property
+    def said(self) -> list[TurnRecord]:
+        """The turns the user said something in."""
+        return [r for r in self.result.records if r.user_text]
+
+    def heard_in_pauses(self) -> list[float]:
+        """Seconds of reply heard in each of the speaker's pauses."""
+        return reply_heard_in_pauses(self.result.output, self.result.output_rate_hz, self.clip, LEAD_S)
+
     def describe(self) -> str:
         turns = [(r.user_text, r.assistant_text[:30], r.continuations) for r in self.result.records]
         return f"{self.clip.phrases[0]!r} +{self.clip.pauses_s}: {turns}"
+
+
+async def speak(engines: Engines, config: Config, rec: Recording, pause_s: float, after_s: float) -> Heard:
+    """``rec`` said in real time with each of its pauses made ``pause_s`` longer, then
+    ``after_s`` of silence."""
+    clip = recorded_speech(rec, pause_s, RATE)
+    audio = np.concatenate(
+        [
+            np.zeros(round(LEAD_S * RATE), np.float32),
+            clip.samples,
+            np.zeros(round(after_s * RATE), np.float32),
+        ]
+    )
+    result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, realtime=True), timeout=120)
+    return Heard(clip, result)
 
 
 def words(text: str) -> list[str]:
@@ -75,15 +100,7 @@ def words(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 async def recorded(engines: Engines, config: Config) -> list[Heard]:
-    out = []
-    for rec in RECORDED_SENTENCES:
-        clip = recorded_speech(rec, PAUSES[rec.file], RATE)
-        audio = np.concatenate(
-            [np.zeros(round(LEAD_S * RATE), np.float32), clip.samples, np.zeros(RATE, np.float32)]
-        )
-        result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, realtime=True), timeout=120)
-        out.append(Heard(clip, result))
-    return out
+    return [await speak(engines, config, rec, PAUSES[rec.file], 1.0) for rec in RECORDED_SENTENCES]
 
 
 def test_every_word_of_a_recorded_sentence_reaches_the_assistant(recorded: list[Heard]) -> None:
@@ -113,7 +130,7 @@ def test_a_speaker_seen_to_go_on_is_not_talked_over_at_their_next_pause(recorded
     known miss of the target "no reply audio while a paused speaker is still speaking")."""
     seconds = 0
     for h in recorded:
-        heard = reply_heard_in_pauses(h.result.output, h.result.output_rate_hz, h.clip, LEAD_S)
+        heard = h.heard_in_pauses()
         print(f"reply heard in each pause: {' '.join(f'{s:.2f}' for s in heard)} s; {h.describe()}")
         first, *later = heard
         undone = [u for r in h.turns for u in r.undone_ends]
@@ -133,7 +150,7 @@ def test_a_pause_after_words_that_cannot_end_a_sentence_is_not_answered(recorded
     checked = [h for h in recorded if h.clip.phrases[0] in fragments]
     assert len(checked) == len(fragments)
     for h in checked:
-        heard = reply_heard_in_pauses(h.result.output, h.result.output_rate_hz, h.clip, LEAD_S)
+        heard = h.heard_in_pauses()
         ends = [e.as_dict() for r in h.turns for e in (*r.undone_ends, r.end_of_turn) if e is not None]
         print(f"{h.clip.phrases[0]!r}: reply heard in each pause {heard}; ends {ends}")
         assert heard[0] == 0.0, h.describe()
@@ -154,19 +171,15 @@ async def test_a_person_who_hesitated_half_a_second_is_not_answered_at_their_nex
     was continued."""
     rec = RECORDED_SENTENCES[0]
     assert rec.file == "austen-0870.flac"
-    clip = recorded_speech(rec, 0.5, RATE)
-    lead = np.zeros(round(LEAD_S * RATE), np.float32)
-    audio = np.concatenate([lead, clip.samples, np.zeros(3 * RATE, np.float32)])
-    result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, realtime=True), timeout=120)
-    heard = reply_heard_in_pauses(result.output, result.output_rate_hz, clip, LEAD_S)
-    turns = [r for r in result.records if r.user_text]
+    h = await speak(engines, config, rec, 0.5, 3.0)
+    heard, turns = h.heard_in_pauses(), h.said
     said = [(r.user_text, [e.as_dict() for e in (*r.undone_ends, r.end_of_turn) if e]) for r in turns]
     print(f"reply heard in each pause: {' '.join(f'{s:.2f}' for s in heard)} s; turns {said}")
     assert heard == [0.0, 0.0], said
     assert len(turns) == 1 and not turns[0].undone_ends and turns[0].continuations == 0, said
     end = turns[0].end_of_turn
     assert end is not None and end.patience_ms > 0, said  # the hesitation's wait ended it
-    assert word_error_rate(clip.text, " ".join(words(turns[0].user_text))) <= 0.2, said
+    assert word_error_rate(h.clip.text, " ".join(words(turns[0].user_text))) <= 0.2, said
     assert turns[0].assistant_text and not turns[0].interrupted
 
 
@@ -208,12 +221,8 @@ async def test_a_list_said_item_by_item_is_one_turn_however_soon_its_first_item_
     played past it and the list was cut in two (AVX-512 BF16; checked)."""
     rec = RECORDED_SENTENCES[3]
     assert rec.file == "cards-005.flac"
-    clip = recorded_speech(rec, 1.3, RATE)
-    lead = np.zeros(round(LEAD_S * RATE), np.float32)
-    audio = np.concatenate([lead, clip.samples, np.zeros(3 * RATE, np.float32)])
-    result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, realtime=True), timeout=120)
-    heard = reply_heard_in_pauses(result.output, result.output_rate_hz, clip, LEAD_S)
-    turns = [r for r in result.records if r.user_text]
+    h = await speak(engines, config, rec, 1.3, 3.0)
+    heard, turns, clip = h.heard_in_pauses(), h.said, h.clip
     said = [(r.user_text, r.continuations, [u.as_dict() for u in r.undone_ends]) for r in turns]
     print(f"reply heard in each pause: {' '.join(f'{s:.2f}' for s in heard)} s; turns {said}")
     assert len(turns) == 1, said
