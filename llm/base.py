@@ -170,9 +170,12 @@ class HealthTracker:
         return max(0.0, (self._retry_at_ns - now_ns) / 1e9) if self.failures else 0.0
 
     def health(self, now_ns: int) -> LLMHealth:
+        """``retry_in_s`` is the wait in whole ms, rounded up: sleeping it out always outlasts
+        the backoff (rounded to the nearest ms, a caller could wake 0.4 ms early and be refused)."""
         if not self.failures:
             return LLMHealth(ok=True)
-        return LLMHealth(False, self.reason, self.failures, round(self.wait_s(now_ns), 3))
+        wait_ms = max(0, -((now_ns - self._retry_at_ns) // 1_000_000))  # ceil, in integers
+        return LLMHealth(False, self.reason, self.failures, wait_ms / 1000)
 
 
 class LLM(Protocol):

@@ -57,6 +57,18 @@ def test_the_wait_runs_out_but_health_stays_degraded_until_a_success() -> None:
     assert tracker.wait_s(20 * S) == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("after_ns", [1, 400_000, 600_000, S // 4 + 1, S // 2 - 1])
+def test_sleeping_out_the_retry_time_health_gives_always_ends_the_backoff(after_ns: int) -> None:
+    """``retry_in_s`` is rounded up to the ms: a caller who sleeps it is never refused (the
+    nearest ms once sent a test back 0.4 ms early, "next try in 0.0 s")."""
+    tracker = HealthTracker(0.5, 4.0)
+    tracker.failed(10 * S, "stalled")
+    now = 10 * S + after_ns
+    retry_in_s = tracker.health(now).retry_in_s
+    assert 0 < retry_in_s <= tracker.wait_s(now) + 0.001
+    assert tracker.wait_s(now + round(retry_in_s * S)) == 0.0
+
+
 # ---------------------------------------------------------------- token estimate
 
 
