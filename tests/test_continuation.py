@@ -22,7 +22,7 @@ from voice_pipeline.config import Config
 from voice_pipeline.cpu import parse_cpu
 from voice_pipeline.ledger.records import UNDONE_KEPT
 from voice_pipeline.tuning import Tuning, choose
-from voice_pipeline.turntaking.ending import HESITATION_MARGIN_MS, HESITATION_MIN_MS, Patience
+from voice_pipeline.turntaking.ending import GAP_LEFT_MS, HESITATION_MARGIN_MS, HESITATION_MIN_MS, Patience
 
 FRAME_S = 512 / RATE
 
@@ -130,6 +130,27 @@ async def test_a_continued_speaker_is_waited_for_longer_and_the_ledger_says_why(
         assert rec is not None and (rec.wait_ms, rec.patience_ms) == (short + extra, extra)
 
 
+async def test_a_speaker_who_went_on_after_a_long_pause_is_waited_for_that_long_short_of_the_gap(
+    h: Harness,
+) -> None:
+    """The card list at +1.3 s (tests/test_e2e_recorded_speech.py): the first item was answered
+    and the speaker went on 1.3 s into the pause; the short wait and the patience (1250 ms) were
+    shorter than that, so their next such pause was answered too."""
+    t, d, llm = h.transport, h.driver, h.fakes.llm
+    gap, short = h.cfg.turn.continuation_max_gap_ms, h.cfg.vad.end_silence_ms
+    llm.hold_after(0)  # no reply audible: the pause is the speaker's own, however long
+    await d.speak(0.6)
+    await d.quiet_until(lambda: bool(t.of(ev.EndpointDetected, 1)))
+    await d.quiet(1.3 - short / 1000)
+    await d.speak_until(lambda: bool(t.of(ev.TurnContinued, 1)))
+    llm.release()
+    await d.speak(0.4)
+    await d.quiet_until(lambda: h.completed(1))
+    end = h.record(1).end_of_turn
+    assert end is not None and end.wait_ms == gap - GAP_LEFT_MS  # not 1500 + 200: short of the gap
+    assert end.patience_ms == gap - GAP_LEFT_MS - short > h.cfg.turn.patience_ms
+
+
 async def test_patience_off_keeps_the_short_wait_after_a_continuation() -> None:
     h = make_harness(with_turn(base_config(), patience_ms=0))
     try:
@@ -185,6 +206,28 @@ def test_patience_stays_while_the_speaker_goes_on_after_the_pauses_it_kept() -> 
     assert p.extra_ms == 1000
     p.new_turn()
     assert p.extra_ms == 750
+
+
+def test_patience_covers_the_longest_pause_the_speaker_went_on_after_short_of_the_gap() -> None:
+    p = Patience(1000, used_from_ms=500, max_gap_ms=1500)
+    base = EndOfTurnPolicy(250, 500, 2000)
+    p.continued(Rule.COMPLETE, 600)  # undone 600 ms into the pause: the patience covers it
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1000)
+    p.resumed(1100)  # a pause patience kept: the speaker's next may be longer
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1100 + HESITATION_MARGIN_MS - 250)
+    p.resumed(1248)  # one kept by 2 ms (the card list at +1.2 s): never so long that the speaker
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1500 - GAP_LEFT_MS - 250)
+    p.continued(Rule.COMPLETE, 1450)  # could not go on after the end (within the gap)
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1500 - GAP_LEFT_MS - 250)
+    p.new_turn()  # kept: the next turn waits as long
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1500 - GAP_LEFT_MS - 250)
+    p.new_turn()  # a turn without such a pause: back to the patience, a quarter less
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=750)
+    p.continued(Rule.COMMIT, 1450)  # not an end the policy chose
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=750)
+    uncapped = Patience(1000, used_from_ms=500)  # no continuation gap: the long wait caps it
+    uncapped.continued(Rule.COMPLETE, 2500)
+    assert uncapped.policy(base) == dataclasses.replace(base, patience_ms=2000 - 250)
 
 
 def test_a_hesitation_raises_the_short_wait_to_the_pause_for_the_rest_of_the_turn() -> None:

@@ -256,8 +256,10 @@ async def test_a_speaker_who_went_on_is_not_talked_over_at_their_next_pause(
     second = turns[1]
     assert {"spain", "italy"} <= set(normalize(second.user_text).split()) and second.continuations == 0
     eot = second.end_of_turn
-    assert eot is not None and eot.rule in ("complete", "unsure") and eot.patience_ms == cfg.turn.patience_ms
-    assert eot.wait_ms >= patient_s * 1000
+    assert eot is not None and eot.rule in ("complete", "unsure") and eot.patience_ms >= cfg.turn.patience_ms
+    # at least the patience; more if the speaker went on later than that in the pause (~1.1 s here,
+    # with espeak's own silences), but short of the gap, so they could still go on after the end
+    assert patient_s * 1000 <= eot.wait_ms < cfg.turn.continuation_max_gap_ms
     heard = reply_heard_in_pauses(res.output, res.output_rate_hz, clip, LEAD_S + len(first) / RATE)
     assert heard == [0.0], heard
     assert second.assistant_text and not second.interrupted

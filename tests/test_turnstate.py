@@ -57,7 +57,9 @@ PROB = {"#": 0.9, ".": 0.0, "~": 0.4}  # "~": between the VAD's thresholds (keep
 VAD = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=0.0)
 #: no patience (its own cases below): a continued speaker's waits stay as the policy's
 TURN = TurnConfig(unsure_silence_ms=192, incomplete_silence_ms=320, continuation_grace_ms=96, patience_ms=0)
-PATIENT = dataclasses.replace(TURN, patience_ms=128)  # 4 frames, a quarter of it 1 frame
+#: 4 frames, a quarter of it 1 frame; the gap caps the cover of a pause the speaker went on after
+#: (the pause and 200 ms, at most 220 ms here) below the patience, which these cases count
+PATIENT = dataclasses.replace(TURN, patience_ms=128, continuation_max_gap_ms=320)
 #: room for a hesitation's patience below the long wait
 HESITANT = dataclasses.replace(TURN, incomplete_silence_ms=960, patience_ms=480)
 BARGE = BargeInConfig(min_speech_ms=64, confirm_speech_ms=160)

@@ -35,6 +35,10 @@ pause of :data:`HESITATION_MIN_MS` or more that did not end it, then more speech
 the rest of that turn only, a short wait that covers that pause (plus
 :data:`HESITATION_MARGIN_MS`, at most ``turn.patience_ms`` more): "Can you tell me ... what
 the weather will be like ... tomorrow morning?" is not answered at its second pause.
+Patience also covers the longest pause a speaker went on after (held by it, or one that ended
+their turn and was continued), plus that margin, short of ``turn.continuation_max_gap_ms``
+(:data:`GAP_LEFT_MS` of it is left, so the speaker can still go on after the end): a speaker
+who pauses 1.4 s mid-sentence is not answered at their next such pause.
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ class Continuation:
     def __init__(self, turn: TurnConfig, *, sample_rate_hz: int, time_of: Callable[[int], int]) -> None:
         """``time_of(sample)``: the monotonic time of an input sample."""
         self._enabled = turn.continuation
+        self._rate = sample_rate_hz
         self._max_gap = turn.continuation_max_gap_ms * sample_rate_hz // 1000  # in samples
         self._grace_ns = turn.continuation_grace_ms * 1_000_000
         self._time_of = time_of
@@ -90,6 +95,11 @@ class Continuation:
         if t.phase is Phase.REPLYING:
             return True
         return t.audible_ns is not None and self._time_of(onset) - t.audible_ns <= self._grace_ns
+
+    def gap_ms(self, t: TurnState, onset: int) -> int:
+        """The silence (ms) from ``t``'s end of speech to speech with its onset at ``onset``."""
+        end = t.speech_end_sample
+        return 0 if end is None else max(0, onset - end) * 1000 // self._rate
 
     def holds(self, t: TurnState, now_ns: int, pending_onset: int | None, min_speech_ms: int) -> bool:
         """``t``'s first audio waits: nothing of its reply was sent yet (REPLYING) and a voiced
@@ -126,27 +136,44 @@ PATIENT_RULES = frozenset({Rule.COMPLETE, Rule.UNSURE, Rule.NO_VERDICT, Rule.INC
 #: made 0.5 s longer in a recording measured 384 ms: "And Mr. ... John", tests/data/human)
 HESITATION_MIN_MS = 320
 #: a hesitation's patience covers the pause it saw and this much more: the same speaker's next
-#: pause may be longer (that recording's two pauses, each made 1.2 s longer: 1120 and 1152 ms)
+#: pause may be longer (that recording's two pauses, each made 1.2 s longer: 1120 and 1152 ms);
+#: so does the session's patience, for the longest pause the speaker went on after
 HESITATION_MARGIN_MS = 200
+#: the longest wait patience gives ends this long before ``turn.continuation_max_gap_ms``: a turn
+#: ended past the gap could not be continued by a speaker who goes on at once
+GAP_LEFT_MS = 100
 
 
 class Patience:
     """How much longer than the policy's waits this session waits (``turn.patience_ms``)."""
 
-    def __init__(self, patience_ms: int, *, used_from_ms: int) -> None:
+    def __init__(self, patience_ms: int, *, used_from_ms: int, max_gap_ms: int = 0) -> None:
         """``used_from_ms``: a pause this long that the speaker broke was one patience kept
-        (the medium wait: beyond it only unfinished words hold a turn without patience)."""
+        (the medium wait: beyond it only unfinished words hold a turn without patience);
+        ``max_gap_ms``: ``turn.continuation_max_gap_ms`` (0: no cap but the long wait)."""
         self._full = patience_ms
         self._used_from_ms = used_from_ms
+        self._cap_ms = max_gap_ms - GAP_LEFT_MS if max_gap_ms > GAP_LEFT_MS else None
         self.extra_ms = 0
         self._kept = False  # continued, or patience was used: the next turn waits in full
         #: the longest pause the speaker broke in this turn when it was not patience's (ms)
         self._hesitated_ms = 0
+        #: the longest pause the speaker went on after while patience was kept (ms)
+        self._went_on_ms = 0
 
-    def continued(self, ended_by: Rule | None) -> None:
-        """A turn ended by ``ended_by`` was continued: the speaker had not finished."""
+    @classmethod
+    def of(cls, turn: TurnConfig) -> Patience:
+        """The patience ``turn.*`` asks for."""
+        return cls(
+            turn.patience_ms, used_from_ms=turn.unsure_silence_ms, max_gap_ms=turn.continuation_max_gap_ms
+        )
+
+    def continued(self, ended_by: Rule | None, pause_ms: int = 0) -> None:
+        """A turn ended by ``ended_by`` was continued after ``pause_ms`` of silence (from the
+        user's end of speech to their onset): the speaker had not finished."""
         if ended_by in PATIENT_RULES and self._full:
-            self.extra_ms, self._kept = self._full, True
+            self.extra_ms, self._kept = max(self.extra_ms, self._full), True
+            self._went_on_ms = max(self._went_on_ms, pause_ms)
 
     def resumed(self, silence_ms: int) -> None:
         """The speaker broke a pause of ``silence_ms`` in their turn: if patience held the
@@ -157,7 +184,8 @@ class Patience:
         a sentence is not answered at the next such pause, after a phrase that reads finished."""
         if self.extra_ms:
             if silence_ms >= self._used_from_ms:
-                self.extra_ms, self._kept = self._full, True
+                self.extra_ms, self._kept = max(self.extra_ms, self._full), True
+                self._went_on_ms = max(self._went_on_ms, silence_ms)
         elif silence_ms >= HESITATION_MIN_MS:
             self._hesitated_ms = max(self._hesitated_ms, silence_ms)
 
@@ -168,16 +196,21 @@ class Patience:
         if self._kept:
             self._kept = False
         else:
-            self.extra_ms = max(0, self.extra_ms - self._full // 4)
+            self.extra_ms, self._went_on_ms = max(0, self.extra_ms - self._full // 4), 0
 
     def policy(self, base: EndOfTurnPolicy | None) -> EndOfTurnPolicy | None:
-        """``base`` with the waits this session needs now: the patience, or for a speaker who
-        hesitated in this turn the short wait raised to their pause (and
-        :data:`HESITATION_MARGIN_MS`), at most ``turn.patience_ms`` more; the greater."""
+        """``base`` with the waits this session needs now, the greatest of: the patience; while
+        it is kept, the short wait raised to the longest pause the speaker went on after (and
+        :data:`HESITATION_MARGIN_MS`), at most :data:`GAP_LEFT_MS` short of the continuation gap;
+        for a speaker who hesitated in this turn, the short wait raised to their pause (and the
+        margin), at most ``turn.patience_ms`` more."""
         if base is None:
             return None
-        hesitation = 0
+        hesitation = went_on = 0
         if self._hesitated_ms:
             hesitation = min(self._full, self._hesitated_ms + HESITATION_MARGIN_MS - base.short_silence_ms)
-        extra = max(self.extra_ms, hesitation)
+        if self._went_on_ms:
+            cap = base.incomplete_silence_ms if self._cap_ms is None else self._cap_ms
+            went_on = min(cap, self._went_on_ms + HESITATION_MARGIN_MS) - base.short_silence_ms
+        extra = max(self.extra_ms, hesitation, went_on)
         return base if base.patience_ms == extra else dataclasses.replace(base, patience_ms=extra)

@@ -64,7 +64,7 @@ class TurnMachine:
         self._options = options or TurnOptions()
         self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
         self.continuation = Continuation(turn, sample_rate_hz=sample_rate_hz, time_of=time_of)
-        self._policy, self.patience = policy, Patience(turn.patience_ms, used_from_ms=turn.unsure_silence_ms)
+        self._policy, self.patience = policy, Patience.of(turn)
         self.tracker = BargeInTracker(barge_in, self._frame_ms)
         self._turns: dict[int, TurnState] = {}
         self._ids = itertools.count(1)
@@ -348,7 +348,7 @@ class TurnMachine:
         if t.phase in HEARD_PHASES:
             self.tracker.resolved()  # its pause (if any) was this same speech
         self._move(t, Step.CONTINUE)
-        self.patience.continued(t.ended_by)
+        self.patience.continued(t.ended_by, self.continuation.gap_ms(t, onset))
         self._be_patient()
         t.ended_by, t.audible_ns = None, None
         self.user = t.turn_id
