@@ -231,7 +231,7 @@ def test_patience_covers_the_longest_pause_the_speaker_went_on_after_short_of_th
 
 
 def test_a_hesitation_raises_the_short_wait_to_the_pause_for_the_rest_of_the_turn() -> None:
-    p = Patience(1000, used_from_ms=500)
+    p = Patience(1000, used_from_ms=500, max_gap_ms=1500)
     base = EndOfTurnPolicy(250, 500, 2000)
     p.resumed(HESITATION_MIN_MS - 1)  # the pauses of fluent speech: no hesitation
     assert p.policy(base) is base
@@ -239,8 +239,10 @@ def test_a_hesitation_raises_the_short_wait_to_the_pause_for_the_rest_of_the_tur
     assert p.policy(base) == dataclasses.replace(base, patience_ms=540 + HESITATION_MARGIN_MS - 250)
     p.resumed(520)  # the longest hesitation counts
     assert p.policy(base) == dataclasses.replace(base, patience_ms=540 + HESITATION_MARGIN_MS - 250)
-    p.resumed(1700)  # at most the full patience
-    assert p.policy(base) == dataclasses.replace(base, patience_ms=1000)
+    p.resumed(1120)  # a person's pause made 1.2 s longer: more than the patience, ...
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1120 + HESITATION_MARGIN_MS - 250)
+    p.resumed(1700)  # ... short of the continuation gap
+    assert p.policy(base) == dataclasses.replace(base, patience_ms=1500 - GAP_LEFT_MS - 250)
     assert p.extra_ms == 0  # nothing of it for the next turn
     p.new_turn()
     assert p.policy(base) is base
@@ -248,6 +250,9 @@ def test_a_hesitation_raises_the_short_wait_to_the_pause_for_the_rest_of_the_tur
     p.continued(Rule.COMPLETE)
     p.resumed(600)
     assert p.policy(base) == dataclasses.replace(base, patience_ms=1000)
+    uncapped = Patience(1000, used_from_ms=500)  # no continuation gap: the long wait caps it
+    uncapped.resumed(1900)
+    assert uncapped.policy(base) == dataclasses.replace(base, patience_ms=2000 - 250)
     person = Patience(1000, used_from_ms=500)
     person.resumed(384)  # what the VAD measured of a person's 0.5 s pause (tests/data/human)
     assert person.policy(base) == dataclasses.replace(base, patience_ms=384 + HESITATION_MARGIN_MS - 250)

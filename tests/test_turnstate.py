@@ -60,8 +60,8 @@ TURN = TurnConfig(unsure_silence_ms=192, incomplete_silence_ms=320, continuation
 #: 4 frames, a quarter of it 1 frame; the gap caps the cover of a pause the speaker went on after
 #: (the pause and 200 ms, at most 220 ms here) below the patience, which these cases count
 PATIENT = dataclasses.replace(TURN, patience_ms=128, continuation_max_gap_ms=320)
-#: room for a hesitation's patience below the long wait
-HESITANT = dataclasses.replace(TURN, incomplete_silence_ms=960, patience_ms=480)
+#: room for a hesitation's patience below the long wait; the gap caps it (100 ms short of it)
+HESITANT = dataclasses.replace(TURN, incomplete_silence_ms=960, patience_ms=480, continuation_max_gap_ms=600)
 BARGE = BargeInConfig(min_speech_ms=64, confirm_speech_ms=160)
 POLICY = EndOfTurnPolicy(VAD.end_silence_ms, TURN.unsure_silence_ms, TURN.incomplete_silence_ms)
 LONG_TURNS = VADConfig(min_speech_ms=64, end_silence_ms=96, pre_roll_ms=32, max_turn_s=1.0)
@@ -537,12 +537,12 @@ CASES = [
             (Frames("#"), [StopSpeculating(1)], {1: L}),  # 416 ms: a hesitation (320 ms or more)
             (Frames("#."), [Speculate(1, 17 * F)], {1: MF}),
             # a phrase that reads and sounds finished: the short wait covers the 416 ms hesitation
-            # and the margin, at most the patience: 96 + min(416 + 200 - 96, 480) = 576 ms (18 frames)
-            *answered(speech_end_frame=17, decided=35, patience_ms=480),
+            # and the margin, short of the gap: min(416 + 200, 600 - 100) = 500 ms (16 frames)
+            *answered(speech_end_frame=17, decided=33, patience_ms=404),
             (Finished(1), [Seal(1)], {}),
-            (Frames("##"), [BeginTurn(2, 35 * F, 35 * F, None)], {2: L}),
-            (Frames("."), [Speculate(2, 37 * F)], {2: MF}),
-            *answered(2, speech_end_frame=37, decided=40),  # a new turn: the short wait
+            (Frames("##"), [BeginTurn(2, 33 * F, 33 * F, None)], {2: L}),
+            (Frames("."), [Speculate(2, 35 * F)], {2: MF}),
+            *answered(2, speech_end_frame=35, decided=38),  # a new turn: the short wait
         ],
         make=lambda: machine(turn=HESITANT),
     ),

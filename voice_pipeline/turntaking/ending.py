@@ -33,12 +33,12 @@ it with each turn without such a pause (a speaker who stopped pausing gets the s
 wait back four turns later). Before any continuation, a speaker who hesitated in a turn (a
 pause of :data:`HESITATION_MIN_MS` or more that did not end it, then more speech) gets, for
 the rest of that turn only, a short wait that covers that pause (plus
-:data:`HESITATION_MARGIN_MS`, at most ``turn.patience_ms`` more): "Can you tell me ... what
-the weather will be like ... tomorrow morning?" is not answered at its second pause.
-Patience also covers the longest pause a speaker went on after (held by it, or one that ended
-their turn and was continued), plus that margin, short of ``turn.continuation_max_gap_ms``
-(:data:`GAP_LEFT_MS` of it is left, so the speaker can still go on after the end): a speaker
-who pauses 1.4 s mid-sentence is not answered at their next such pause.
+:data:`HESITATION_MARGIN_MS`): "Can you tell me ... what the weather will be like ...
+tomorrow morning?" is not answered at its second pause. Patience likewise covers the longest
+pause a speaker went on after (held by it, or one that ended their turn and was continued).
+Either stops short of ``turn.continuation_max_gap_ms`` (:data:`GAP_LEFT_MS` of it is left, so
+the speaker can still go on after the end): a speaker who paused 1.3 s mid-sentence is not
+answered at their next such pause.
 """
 
 from __future__ import annotations
@@ -199,18 +199,14 @@ class Patience:
             self.extra_ms, self._went_on_ms = max(0, self.extra_ms - self._full // 4), 0
 
     def policy(self, base: EndOfTurnPolicy | None) -> EndOfTurnPolicy | None:
-        """``base`` with the waits this session needs now, the greatest of: the patience; while
-        it is kept, the short wait raised to the longest pause the speaker went on after (and
-        :data:`HESITATION_MARGIN_MS`), at most :data:`GAP_LEFT_MS` short of the continuation gap;
-        for a speaker who hesitated in this turn, the short wait raised to their pause (and the
-        margin), at most ``turn.patience_ms`` more."""
+        """``base`` with the waits this session needs now: the patience, or the short wait
+        raised to the longest pause the speaker went on after (and :data:`HESITATION_MARGIN_MS`)
+        -- a hesitation in this turn, or any while patience is kept -- if greater, at most
+        :data:`GAP_LEFT_MS` short of the continuation gap."""
         if base is None:
             return None
-        hesitation = went_on = 0
-        if self._hesitated_ms:
-            hesitation = min(self._full, self._hesitated_ms + HESITATION_MARGIN_MS - base.short_silence_ms)
-        if self._went_on_ms:
+        extra, longest = self.extra_ms, max(self._hesitated_ms, self._went_on_ms)
+        if longest and self._full:
             cap = base.incomplete_silence_ms if self._cap_ms is None else self._cap_ms
-            went_on = min(cap, self._went_on_ms + HESITATION_MARGIN_MS) - base.short_silence_ms
-        extra = max(self.extra_ms, hesitation, went_on)
+            extra = max(extra, min(cap, longest + HESITATION_MARGIN_MS) - base.short_silence_ms)
         return base if base.patience_ms == extra else dataclasses.replace(base, patience_ms=extra)
