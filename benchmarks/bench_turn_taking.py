@@ -34,7 +34,9 @@ fragment got an answer. ``endpoints inside`` counts ends of turn decided during 
 pause that continuation then undid (no fragment answered), and the reply audio heard
 in each pause (and 0.3 s into the phrase after it): what the speaker hears the assistant
 say over them while they are not done. Prints, per mode: the premature end-of-turn rate,
-the sentences with reply audio in a pause (the target: none), WER of the answered
+the sentences with reply audio in a pause (the target: none), of the pauses after a
+sentence's first the ones with reply audio (patience's business: by then the speaker had
+been seen to pause; the first pause of each is where the known misses are), WER of the answered
 transcript, voice-to-voice p50/p95 of the complete questions, the rules that ended the
 turns, and the turn model's cost per call and how much of it came back within the short
 silence. Prints figures; asserts nothing. Name the CPU beside any figure you publish (it is printed first).
@@ -144,7 +146,7 @@ def sentence_clips(voice: str, pause: float) -> list[PausedSpeech]:
 async def paused_set(
     engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], short_ms: int
 ) -> dict[str, Any]:
-    split = total = inside = talked_over = 0
+    split = total = inside = talked_over = next_over = next_pauses = 0
     heard_max: list[float] = []
     wers: list[float] = []
     rules: Counter[str] = Counter()
@@ -164,6 +166,9 @@ async def paused_set(
                 res = out["result"]
                 heard = reply_heard_in_pauses(res.output, res.output_rate_hz, clip, LEAD_S)
                 talked_over += any(h > 0 for h in heard)
+                # the pauses after a sentence's first: patience's business (the speaker had shown they pause)
+                next_over += sum(h > 0 for h in heard[1:])
+                next_pauses += len(heard) - 1
                 heard_max.append(max(heard))
                 answered = [r for r in turns if r.assistant_text]
                 said = " ".join(r.user_text for r in turns)
@@ -190,7 +195,8 @@ async def paused_set(
                 )
                 print(
                     f"[{mode}] {voice:9} pause {pause:.1f}s {mark:9} answered {len(answered)} "
-                    f"continued {out['continued']} heard in pauses {max(heard):.2f} s {said!r} ends: {ends}",
+                    f"continued {out['continued']} heard in pauses {' '.join(f'{h:.2f}' for h in heard)} s "
+                    f"{said!r} ends: {ends}",
                     flush=True,
                 )
     hidden = sum(1 for t in sound_late if t <= short_ms) / len(sound_late) if sound_late else float("nan")
@@ -200,6 +206,7 @@ async def paused_set(
         "endpoints_undone_by_continuation": inside,
         # the target "no reply audio while a paused speaker is still speaking"
         "sentences_with_reply_audio_in_a_pause": talked_over,
+        "pauses_after_the_first_with_reply_audio": f"{next_over} of {next_pauses}",
         "reply_audio_in_a_pause_max_s": max(heard_max, default=float("nan")),
         "wer_mean": float(np.mean(wers)) if wers else float("nan"),
         "rules": dict(rules),
