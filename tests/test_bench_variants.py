@@ -45,9 +45,19 @@ def test_grace_sets_the_continuation_grace_and_nothing_else() -> None:
     assert cfg.turn == dataclasses.replace(base.turn, continuation_grace_ms=900) and cfg.vad == base.vad
 
 
+def test_statement_sets_the_statement_wait_and_nothing_else() -> None:
+    base = Config()
+    cfg = turn_variant(base, "statement1400")
+    assert cfg is not None
+    assert cfg.turn == dataclasses.replace(base.turn, statement_silence_ms=1400) and cfg.vad == base.vad
+    with pytest.raises(ValueError, match=r"statement5000.*statement_silence_ms"):
+        turn_variant(base, "statement5000")  # past the long wait
+
+
 def test_other_modes_are_not_variants_and_bad_waits_say_why() -> None:
     assert turn_variant(Config(), "new") is None
     assert turn_variant(Config(), "wait") is None
     assert turn_variant(Config(), "grace") is None
+    assert turn_variant(Config(), "statement") is None
     with pytest.raises(ValueError, match=r"wait10.*end_silence_ms"):
         turn_variant(Config(), "wait10")

@@ -151,6 +151,31 @@ async def test_a_speaker_who_went_on_after_a_long_pause_is_waited_for_that_long_
     assert end.patience_ms == gap - GAP_LEFT_MS - short > h.cfg.turn.patience_ms
 
 
+@pytest.mark.parametrize("stated", [1400, None])
+async def test_a_statement_wait_is_the_deployments_and_a_question_keeps_the_short_wait(
+    stated: int | None,
+) -> None:
+    """``turn.statement_silence_ms`` set: a statement ends after it, not a budget breach; a
+    question (a "?") after the short wait. Unset, both end after the short wait."""
+    h = make_harness(with_turn(base_config(), statement_silence_ms=stated))
+    try:
+        d, asr, short = h.driver, h.fakes.asr, h.cfg.vad.end_silence_ms
+        for turn, text in ((1, "i need eggs"), (2, "what is the time?")):
+            asr.text = text
+            await d.speak(0.5)
+            waited = await d.quiet_until(lambda turn=turn: h.completed(turn))  # type: ignore[misc]
+            rec = h.record(turn)
+            end = rec.end_of_turn
+            assert end is not None and end.rule == "complete" and end.patience_ms == 0
+            wait_ms = stated if stated and text == "i need eggs" else short
+            assert end.wait_ms == wait_ms and end.silence_ms >= wait_ms and waited * 1000 >= wait_ms
+            assert "endpointing" not in {b.stage for b in rec.budgets_broken}, rec.budgets_broken
+        assert rec.stages_ms["endpointing"] < h.cfg.budget.endpointing_ms  # the question's
+    finally:
+        h.fakes.llm.release()
+        await h.session.aclose()
+
+
 async def test_patience_off_keeps_the_short_wait_after_a_continuation() -> None:
     h = make_harness(with_turn(base_config(), patience_ms=0))
     try:

@@ -8,7 +8,8 @@ import pytest
 
 from vad.end_of_turn import WAITS, Cue, EndOfTurnPolicy, Evidence, Rule, Sound, Wait, Words, transcript_cue
 from vad.endpointer import EndOfTurn, Endpointer, PauseStarted, SpeechStarted
-from voice_pipeline.config import Config, VADConfig
+from voice_pipeline.config import Config, VADConfig, validate
+from voice_pipeline.errors import ConfigError
 from voice_pipeline.turntaking.ending import end_of_turn_policy
 
 # ---------------------------------------------------------------- the words
@@ -189,9 +190,56 @@ def test_the_sound_alone_holds_a_turn_for_the_sound_wait_not_the_long_one() -> N
 
 
 def test_complete_utterances_are_no_slower_than_silence_alone() -> None:
+    # unless a deployment sets turn.statement_silence_ms, which only neutral words wait
     for words in (Words.COMPLETE, Words.NEUTRAL):
-        assert WAITS[(words, Sound.COMPLETE)][0] is Wait.SHORT
-        assert WAITS[(words, Sound.OFF)][0] is Wait.SHORT
+        assert WAITS[(words, Sound.COMPLETE)][0] in (Wait.SHORT, Wait.STATEMENT)
+        assert WAITS[(words, Sound.OFF)][0] in (Wait.SHORT, Wait.STATEMENT)
+    for cue in (Cue.COMPLETE, Cue.NEUTRAL):
+        assert POLICY.wait(Evidence(cue, 0.9)) == (250, Rule.COMPLETE)
+        assert POLICY.wait(Evidence(cue, None, sound=False)) == (250, Rule.COMPLETE)
+    assert Config().turn.statement_silence_ms is None
+
+
+def test_a_statement_waits_the_statement_wait_and_a_question_does_not() -> None:
+    policy = EndOfTurnPolicy(250, 500, 2000, verdict_silence_ms=900, sound_silence_ms=1500)
+    stated = dataclasses.replace(policy, statement_silence_ms=1400)
+    # "I need eggs" (espeak en-gb, P 0.95) and "Eight of spades" (a person, P 0.96): then a pause
+    assert policy.wait(Evidence(Cue.NEUTRAL, 0.95)) == (250, Rule.COMPLETE)
+    assert stated.wait(Evidence(Cue.NEUTRAL, 0.95)) == (1400, Rule.COMPLETE)
+    assert stated.wait(Evidence(Cue.NEUTRAL, None, sound=False)) == (1400, Rule.COMPLETE)  # no model
+    assert dataclasses.replace(stated, uses_model=False).wait(Evidence(Cue.NEUTRAL, None)) == (
+        1400,
+        Rule.COMPLETE,
+    )
+    # a question keeps the short wait, and the other rows their own
+    assert stated.wait(Evidence(Cue.COMPLETE, 0.95)) == (250, Rule.COMPLETE)
+    assert stated.wait(Evidence(Cue.COMPLETE, 0.1)) == (500, Rule.UNSURE)
+    assert stated.wait(Evidence(Cue.INCOMPLETE, 0.95)) == (2000, Rule.INCOMPLETE)
+    assert stated.wait(Evidence(None, 0.95)) == (2000, Rule.NO_VERDICT)
+    assert stated.wait(Evidence(Cue.NEUTRAL, 0.1)) == (1500, Rule.INCOMPLETE)  # the sound wait, longer
+    # no end after neutral words comes sooner than a statement's: a verdict on its way, the sound
+    assert stated.wait(Evidence(Cue.NEUTRAL, None)) == (1400, Rule.NO_VERDICT)
+    longer = dataclasses.replace(policy, statement_silence_ms=1800)
+    assert longer.wait(Evidence(Cue.NEUTRAL, 0.1)) == (1800, Rule.INCOMPLETE)
+    # patience raises the short wait, not this one: it is the longer of the two (up to the long wait)
+    assert dataclasses.replace(stated, patience_ms=1000).waits(Evidence(Cue.NEUTRAL, 0.95)) == (
+        1400, 0, Rule.COMPLETE,
+    )  # fmt: skip
+    assert dataclasses.replace(stated, patience_ms=1500).waits(Evidence(Cue.NEUTRAL, 0.95)) == (
+        1750, 350, Rule.COMPLETE,
+    )  # fmt: skip
+    assert dataclasses.replace(stated, patience_ms=1000).waits(Evidence(Cue.NEUTRAL, None)) == (
+        1900, 500, Rule.NO_VERDICT,
+    )  # fmt: skip
+    # the config's turn.statement_silence_ms is the policy's, between the short and the long wait
+    cfg = Config()
+    built = end_of_turn_policy(
+        cfg.vad, dataclasses.replace(cfg.turn, statement_silence_ms=1234), uses_model=True
+    )
+    assert built is not None and built.wait(Evidence(Cue.NEUTRAL, 0.95)) == (1234, Rule.COMPLETE)
+    for bad in (100, 2500):
+        with pytest.raises(ConfigError, match="statement_silence_ms"):
+            validate(dataclasses.replace(cfg, turn=dataclasses.replace(cfg.turn, statement_silence_ms=bad)))
 
 
 # ---------------------------------------------------------------- the endpointer with the policy

@@ -17,13 +17,18 @@ table :data:`WAITS`, one row per combination):
 words \\ sound            complete         incomplete       not back yet     no model
 ========================  ===============  ===============  ===============  ===============
 complete ("...?")         short            medium (unsure)  medium (wait)    short
-neutral                   short            sound            verdict (wait)   short
+neutral                   statement        sound            verdict (wait)   statement
 incomplete ("... for")    long             long             long             long
 not back yet              long (wait)      long             long (wait)      long (wait)
 ========================  ===============  ===============  ===============  ===============
 
 * *short* = ``vad.end_silence_ms`` (250 ms): a complete utterance ends as fast as with
   silence alone, so complete questions get no slower;
+* *statement* = ``turn.statement_silence_ms``, unset by default: the short wait. A
+  deployment whose users pause after phrases that read and sound finished (a list said item
+  by item, "I need eggs ... milk ...") sets it longer than their pauses, and every statement
+  waits it; neutral words never end a turn sooner (the verdict and sound waits are at least
+  as long). What Whisper writes with a "?" or "!" is not a statement;
 * *medium* = ``turn.unsure_silence_ms``: the evidence disagrees, or the words say a
   question and the sound is not back yet -- the turn ends there with what is known;
 * *verdict* = ``turn.verdict_silence_ms``: neutral words, the model's verdict on its way;
@@ -96,6 +101,7 @@ class Rule(enum.StrEnum):
 
 class Wait(enum.Enum):
     SHORT = enum.auto()
+    STATEMENT = enum.auto()  # neutral words that sound finished: the short wait, or longer if set
     MEDIUM = enum.auto()
     LONG = enum.auto()
     VERDICT = enum.auto()  # the medium wait, or longer for a verdict on its way
@@ -118,6 +124,9 @@ class Words(enum.Enum):
     PENDING = enum.auto()  # the speculative transcript is not back yet
 
 
+#: the waits after neutral words
+NEUTRAL_WAITS = frozenset({Wait.STATEMENT, Wait.VERDICT, Wait.SOUND})
+
 _W, _S = Words, Sound
 #: (words, sound) -> the silence to wait and the rule that ends the turn after it
 WAITS: dict[tuple[Words, Sound], tuple[Wait, Rule]] = {
@@ -125,10 +134,10 @@ WAITS: dict[tuple[Words, Sound], tuple[Wait, Rule]] = {
     (_W.COMPLETE, _S.INCOMPLETE): (Wait.MEDIUM, Rule.UNSURE),
     (_W.COMPLETE, _S.PENDING): (Wait.MEDIUM, Rule.NO_VERDICT),
     (_W.COMPLETE, _S.OFF): (Wait.SHORT, Rule.COMPLETE),
-    (_W.NEUTRAL, _S.COMPLETE): (Wait.SHORT, Rule.COMPLETE),
+    (_W.NEUTRAL, _S.COMPLETE): (Wait.STATEMENT, Rule.COMPLETE),
     (_W.NEUTRAL, _S.INCOMPLETE): (Wait.SOUND, Rule.INCOMPLETE),
     (_W.NEUTRAL, _S.PENDING): (Wait.VERDICT, Rule.NO_VERDICT),
-    (_W.NEUTRAL, _S.OFF): (Wait.SHORT, Rule.COMPLETE),
+    (_W.NEUTRAL, _S.OFF): (Wait.STATEMENT, Rule.COMPLETE),
     (_W.INCOMPLETE, _S.COMPLETE): (Wait.LONG, Rule.INCOMPLETE),
     (_W.INCOMPLETE, _S.INCOMPLETE): (Wait.LONG, Rule.INCOMPLETE),
     (_W.INCOMPLETE, _S.PENDING): (Wait.LONG, Rule.INCOMPLETE),
@@ -168,6 +177,9 @@ class EndOfTurnPolicy:
     verdict_silence_ms: int | None = None
     #: the wait when only the sound says unfinished (None: the long wait)
     sound_silence_ms: int | None = None
+    #: the wait after neutral words that sound finished (None: the short wait); no wait after
+    #: neutral words is shorter
+    statement_silence_ms: int | None = None
 
     def wait(self, evidence: Evidence) -> tuple[int, Rule]:
         """The silence (ms) after which the turn ends, and the rule that ends it."""
@@ -180,7 +192,7 @@ class EndOfTurnPolicy:
         kind, rule = WAITS[(self._words(evidence.cue), sound)]
         if kind is Wait.LONG:
             return self.incomplete_silence_ms, 0, rule
-        ms = self.short_silence_ms if kind is Wait.SHORT else self.unsure_silence_ms
+        ms = self.short_silence_ms if kind in (Wait.SHORT, Wait.STATEMENT) else self.unsure_silence_ms
         if kind is Wait.VERDICT:  # never shorter than the medium wait (nor past the long one)
             ms = max(ms, self.verdict_silence_ms or 0)
         elif kind is Wait.SOUND:  # likewise
@@ -188,7 +200,10 @@ class EndOfTurnPolicy:
                 ms, self.incomplete_silence_ms if self.sound_silence_ms is None else self.sound_silence_ms
             )
         longest = self.incomplete_silence_ms
-        return min(ms + self.patience_ms, longest), min(self.patience_ms, max(longest - ms, 0)), rule
+        # no end after neutral words comes before a statement's: a floor, which patience may pass
+        floor = min(self.statement_silence_ms or 0, longest) if kind in NEUTRAL_WAITS else 0
+        patient, unpatient = min(ms + self.patience_ms, longest), max(min(ms, longest), floor)
+        return max(patient, floor), max(patient - unpatient, 0), rule
 
     @staticmethod
     def model_start(configured: str, for_this_cpu: str | None, room: bool) -> str:

@@ -59,8 +59,7 @@ class TurnConfig:
     """Turn-taking: when the user has finished, and when their speech continues their turn
     instead of interrupting the reply (see vad/end_of_turn.py and voice_pipeline/turntaking/ending.py)."""
 
-    #: decide the end of a turn from the words and the sound as well as the silence; off =
-    #: silence alone (``vad.end_silence_ms``)
+    #: decide the end of a turn from the words and the sound as well as the silence; off = silence alone
     semantic: bool = True
     #: the audio turn-completion model: "smart-turn" (Smart Turn v3.2, from the pipecat-ai
     #: wheel, prepared by ``voice-pipeline models``) or "none" (the words alone)
@@ -77,33 +76,32 @@ class TurnConfig:
     model_start: Literal["auto", "words", "early", "pause"] = "auto"
     #: P(complete) at or above which the model says the utterance sounds finished
     complete_threshold: float = 0.5
-    #: the wait when words and sound disagree (a question mark, an unfinished sound), or the
-    #: evidence is not back yet; continuation catches a speaker who goes on after it
+    #: the wait when words and sound disagree (a question mark, an unfinished sound), or the evidence
+    #: is not back yet; continuation catches a speaker who goes on after it
     unsure_silence_ms: int = 500
     #: after neutral words, the longest wait for the turn model's verdict on its way (a Zen 1
     #: EPYC's came ~500-750 ms into the pause), kept between the medium and the long wait
     verdict_silence_ms: int = 900
-    #: the longest wait, for an utterance that reads unfinished; the turn ends after this much
-    #: silence anyway
+    #: the longest wait, for an utterance that reads unfinished; the turn ends after it anyway
     incomplete_silence_ms: int = 2000
     #: the wait when only the sound says unfinished (neutral words; kept between the medium and the
     #: long wait): above people's 0.5-1.2 s pauses, as Smart Turn hears 2 of 5 people's ends unfinished
     sound_silence_ms: int = 1500
-    #: speech after the end of a turn, before its reply is audible, continues that turn
-    #: (the reply is dropped, both parts are transcribed as one message) instead of
-    #: starting a new one
+    #: speech after the end of a turn, before its reply is audible, continues that turn (the reply is
+    #: dropped, both parts are transcribed as one message) instead of starting a new one
     continuation: bool = True
-    #: ... and so does speech starting up to this long after the reply's first audio left; later is a
-    #: barge-in. As long as the max gap, which then decides alone, on any machine: at 900 a reply
-    #: audible 0.3 s into a 1.45 s pause cut the sentence only where replies come that fast (session 26)
+    #: ... and so does speech up to this long after the reply's first audio left; later is a barge-in.
+    #: As long as the max gap, which then decides alone on any machine (docs/measurements.md session 26)
     continuation_grace_ms: int = 1500
-    #: ... but never speech that starts more than this long after the user's own end of
-    #: speech: that is a new turn however slow the reply was (a reply not yet audible is
-    #: dropped and one reply answers both messages; an audible one is barged in on); 0 = no cap
+    #: ... but never speech starting more than this long after the user's own end of speech: a new turn
+    #: however slow the reply (one not yet audible is dropped: one reply answers both); 0 = no cap
     continuation_max_gap_ms: int = 1500
     #: a speaker who went on after an end of turn pauses mid-sentence: the session's short and
     #: medium waits grow by this much while they pause so (turntaking/ending.py); 0 = off
     patience_ms: int = 1000
+    #: the wait after neutral words that sound finished ("I need eggs"; None = the short wait): 1400 is
+    #: quiet through people's 1.2 s pauses after such phrases, but every statement waits it (session 31)
+    statement_silence_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,6 +361,8 @@ def validate(cfg: Config) -> None:
     t = cfg.turn
     if not v.end_silence_ms <= t.unsure_silence_ms <= t.incomplete_silence_ms:
         raise ConfigError("turn: need vad.end_silence_ms <= unsure_silence_ms <= incomplete_silence_ms")
+    if not v.end_silence_ms <= (t.statement_silence_ms or v.end_silence_ms) <= t.incomplete_silence_ms:
+        raise ConfigError("turn.statement_silence_ms: need vad.end_silence_ms <= it <= incomplete_silence_ms")
     if not 0.0 < t.complete_threshold < 1.0 or t.model_threads < 1 or t.continuation_grace_ms < 0:
         raise ConfigError(
             "turn: need 0 < complete_threshold < 1, model_threads >= 1, continuation_grace_ms >= 0"

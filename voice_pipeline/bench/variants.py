@@ -6,7 +6,8 @@
 the price in latency of keeping quiet through longer pauses. ``sound<N>``: the wait when only
 the sound says unfinished (``turn.sound_silence_ms``) N ms (``sound2000``: as before 2026-12-06).
 ``grace<N>``: speech up to N ms after a reply's first audio continues its turn
-(``turn.continuation_grace_ms``; ``grace900``: as before session 26).
+(``turn.continuation_grace_ms``; ``grace900``: as before session 26). ``statement<N>``: neutral
+words that sound finished wait N ms (``turn.statement_silence_ms``; questions keep the short wait).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from voice_pipeline.errors import ConfigError
 _WAIT = re.compile(r"wait(\d+)")
 _SOUND = re.compile(r"sound(\d+)")
 _GRACE = re.compile(r"grace(\d+)")
+_STATEMENT = re.compile(r"statement(\d+)")
 
 
 def turn_variant(base: Config, mode: str) -> Config | None:
@@ -35,6 +37,15 @@ def turn_variant(base: Config, mode: str) -> Config | None:
         return dataclasses.replace(
             base, turn=dataclasses.replace(base.turn, continuation_grace_ms=int(m.group(1)))
         )
+    if (m := _STATEMENT.fullmatch(mode)) is not None:
+        cfg = dataclasses.replace(
+            base, turn=dataclasses.replace(base.turn, statement_silence_ms=int(m.group(1)))
+        )
+        try:
+            validate(cfg)
+        except ConfigError as exc:
+            raise ValueError(f"mode {mode!r}: {exc}") from exc
+        return cfg
     if (m := _WAIT.fullmatch(mode)) is None:
         return None
     wait = int(m.group(1))

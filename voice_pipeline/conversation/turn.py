@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from asr.streaming import FinalTranscript, PartialTranscript
 from llm.base import ChatMessage
-from vad.end_of_turn import Rule
+from vad.end_of_turn import Cue, Rule
 from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
 from voice_pipeline.clock import ms_to_ns
@@ -235,8 +235,9 @@ class Turn:
             utterance.transcriber.speculate()  # the final decode starts now
         self.mark(Mark.SPEECH_END, speech_end_ns)
         decided = ctx.clock()
-        extra_ms = end.wait_ms - ctx.settings.end_silence_ms  # the user's (DELIBERATE, patience)
-        allowed = extra_ms if end.rule in DELIBERATE else min(extra_ms, end.patience_ms)
+        extra_ms = end.wait_ms - ctx.settings.end_silence_ms  # the user's (DELIBERATE, patience, statement)
+        statement = end.rule is Rule.COMPLETE and end.evidence.cue is Cue.NEUTRAL  # turn.statement_silence_ms
+        allowed = extra_ms if end.rule in DELIBERATE or statement else min(extra_ms, end.patience_ms)
         if allowed > 0:
             self.ledger.allow(allowed, "endpointing", "voice_to_voice")
         self.mark(Mark.ENDPOINT, decided)

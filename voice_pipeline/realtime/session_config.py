@@ -306,5 +306,13 @@ def steering(cfg: RealtimeSessionConfig, base: SessionBase) -> Steering:
     )
     # the wait on the sound alone keeps its share of the longest one (low eagerness: 6 s of 8)
     sound = base.turn.sound_silence_ms * longest // base.turn.incomplete_silence_ms
-    turn = replace(base.turn, semantic=True, incomplete_silence_ms=longest, sound_silence_ms=sound)
+    stated = base.turn.statement_silence_ms  # kept within the longest wait too
+    statement = None if stated is None else min(stated, longest)
+    turn = replace(
+        base.turn,
+        semantic=True,
+        incomplete_silence_ms=longest,
+        sound_silence_ms=sound,
+        statement_silence_ms=statement,
+    )
     return Steering(base.vad, turn, barge_in, options, reply)

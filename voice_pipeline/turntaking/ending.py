@@ -63,6 +63,7 @@ def end_of_turn_policy(vad: VADConfig, turn: TurnConfig, *, uses_model: bool) ->
         uses_model=uses_model,
         verdict_silence_ms=turn.verdict_silence_ms,
         sound_silence_ms=turn.sound_silence_ms,
+        statement_silence_ms=turn.statement_silence_ms,
     )
 
 
