@@ -17,7 +17,8 @@ after neutral words (``turn.verdict_silence_ms`` = ``unsure_silence_ms``), ``wai
 short wait ``vad.end_silence_ms`` N ms (``wait600``; :mod:`voice_pipeline.bench.variants`):
 what keeping quiet through longer pauses costs complete questions, ``sound<N>`` = the wait
 when only the sound says unfinished (``turn.sound_silence_ms``) N ms, ``grace<N>`` = speech
-up to N ms after a reply's first audio continues its turn (``turn.continuation_grace_ms``).
+up to N ms after a reply's first audio continues its turn (``turn.continuation_grace_ms``),
+``statement<N>`` = neutral words that sound finished wait N ms (``turn.statement_silence_ms``).
 ``--question-voices human``: instead of espeak's questions, finished things people said
 (:data:`~voice_pipeline.bench.paused.RECORDED_UTTERANCES`), timed apart (``v2v_human``).
 
