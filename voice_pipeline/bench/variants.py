@@ -38,14 +38,8 @@ def turn_variant(base: Config, mode: str) -> Config | None:
             base, turn=dataclasses.replace(base.turn, continuation_grace_ms=int(m.group(1)))
         )
     if (m := _STATEMENT.fullmatch(mode)) is not None:
-        cfg = dataclasses.replace(
-            base, turn=dataclasses.replace(base.turn, statement_silence_ms=int(m.group(1)))
-        )
-        try:
-            validate(cfg)
-        except ConfigError as exc:
-            raise ValueError(f"mode {mode!r}: {exc}") from exc
-        return cfg
+        turn = dataclasses.replace(base.turn, statement_silence_ms=int(m.group(1)))
+        return _checked(dataclasses.replace(base, turn=turn), mode)
     if (m := _WAIT.fullmatch(mode)) is None:
         return None
     wait = int(m.group(1))
@@ -55,7 +49,13 @@ def turn_variant(base: Config, mode: str) -> Config | None:
         verdict_silence_ms=max(wait, base.turn.verdict_silence_ms),
         incomplete_silence_ms=max(wait, base.turn.incomplete_silence_ms),
     )
-    cfg = dataclasses.replace(base, vad=dataclasses.replace(base.vad, end_silence_ms=wait), turn=turn)
+    return _checked(
+        dataclasses.replace(base, vad=dataclasses.replace(base.vad, end_silence_ms=wait), turn=turn), mode
+    )
+
+
+def _checked(cfg: Config, mode: str) -> Config:
+    """``cfg`` if valid; else a ValueError naming ``mode`` and why."""
     try:
         validate(cfg)
     except ConfigError as exc:
