@@ -237,7 +237,7 @@ def test_a_statement_waits_the_statement_wait_and_a_question_does_not() -> None:
         cfg.vad, dataclasses.replace(cfg.turn, statement_silence_ms=1234), uses_model=True
     )
     assert built is not None and built.wait(Evidence(Cue.NEUTRAL, 0.95)) == (1234, Rule.COMPLETE)
-    for bad in (100, 2500):
+    for bad in (0, 100, 2500):  # 0 is not "unset" (None is)
         with pytest.raises(ConfigError, match="statement_silence_ms"):
             validate(dataclasses.replace(cfg, turn=dataclasses.replace(cfg.turn, statement_silence_ms=bad)))
 

@@ -361,7 +361,7 @@ def validate(cfg: Config) -> None:
     t = cfg.turn
     if not v.end_silence_ms <= t.unsure_silence_ms <= t.incomplete_silence_ms:
         raise ConfigError("turn: need vad.end_silence_ms <= unsure_silence_ms <= incomplete_silence_ms")
-    if not v.end_silence_ms <= (t.statement_silence_ms or v.end_silence_ms) <= t.incomplete_silence_ms:
+    if (s := t.statement_silence_ms) is not None and not v.end_silence_ms <= s <= t.incomplete_silence_ms:
         raise ConfigError("turn.statement_silence_ms: need vad.end_silence_ms <= it <= incomplete_silence_ms")
     if not 0.0 < t.complete_threshold < 1.0 or t.model_threads < 1 or t.continuation_grace_ms < 0:
         raise ConfigError(
