@@ -22,6 +22,9 @@ up to N ms after a reply's first audio continues its turn (``turn.continuation_g
 ``--question-voices human``: instead of espeak's questions, finished things people said
 (:data:`~voice_pipeline.bench.paused.RECORDED_UTTERANCES`), timed apart (``v2v_human``).
 
+``--line phone``: every clip, paused or not, through an 8 kHz G.711 µ-law phone line and back
+(:func:`voice_pipeline.bench.paused.phone_line`), as a Twilio call brings speech to the pipeline.
+
 ``--conversation``: one session per voice and pause hears all the paused sentences one
 after another, each followed by ``--reply-gap`` seconds for its (short: 24 tokens at most)
 reply, as a user who pauses the same way all along. It prints, per session, which
@@ -71,6 +74,7 @@ from voice_pipeline.bench.paused import (
     RECORDED_UTTERANCES,
     PausedSpeech,
     paused_clip,
+    phone_line,
     reply_heard_in_pauses,
 )
 from voice_pipeline.bench.variants import turn_variant
@@ -125,27 +129,35 @@ def question_row(mode: str, voice: str, q: str, r: Any) -> dict[str, Any]:
     return {"mode": mode, "voice": voice, "question": q, "stages_ms": r.stages_ms, "end_of_turn": eot}
 
 
-def complete_items(voice: str) -> list[tuple[str, np.ndarray]]:
+def on_line(line: str, samples: np.ndarray) -> np.ndarray:
+    """``samples`` as the server hears them over ``line`` (``phone``: an 8 kHz µ-law call)."""
+    return phone_line(samples, RATE) if line == "phone" else samples
+
+
+def complete_items(voice: str, line: str) -> list[tuple[str, np.ndarray]]:
     """What is said without a pause, as (text, audio): the complete questions in ``voice`` (an
     espeak-ng voice), or for ``human`` the finished utterances people said (recorded)."""
     if voice == "human":
-        return [(rec.phrases[0], recording(rec.file, RATE)) for rec in RECORDED_UTTERANCES]
-    return [(q, espeak(q, voice=voice)) for q in COMPLETE_QUESTIONS]
+        return [(rec.phrases[0], on_line(line, recording(rec.file, RATE))) for rec in RECORDED_UTTERANCES]
+    return [(q, on_line(line, espeak(q, voice=voice))) for q in COMPLETE_QUESTIONS]
 
 
-def sentence_clips(voice: str, pause: float) -> list[PausedSpeech]:
+def sentence_clips(voice: str, pause: float, line: str) -> list[PausedSpeech]:
     """The paused sentences in ``voice`` (an espeak-ng voice, or ``human``: the recorded ones),
-    each pause ``pause`` s long (``human``: the speaker's own pause made ``pause`` s longer)."""
+    each pause ``pause`` s long (``human``: the speaker's own pause made ``pause`` s longer),
+    as heard over ``line``."""
     if voice != "human":
-        return [
+        clips = [
             paused_clip(lambda t: espeak(t, voice=voice), phrases, [pause] * (len(phrases) - 1), RATE)
             for phrases in PAUSED_SENTENCES
         ]
-    return [recorded_speech(rec, pause, RATE) for rec in RECORDED_SENTENCES]
+    else:
+        clips = [recorded_speech(rec, pause, RATE) for rec in RECORDED_SENTENCES]
+    return [dataclasses.replace(c, samples=on_line(line, c.samples)) for c in clips]
 
 
 async def paused_set(
-    engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], short_ms: int
+    engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], short_ms: int, line: str
 ) -> dict[str, Any]:
     split = total = inside = talked_over = next_over = next_pauses = 0
     heard_max: list[float] = []
@@ -155,7 +167,7 @@ async def paused_set(
     sound_late: list[float] = []
     t0 = time.monotonic()
     for voice in voices:
-        by_pause = {pause: sentence_clips(voice, pause) for pause in pauses}
+        by_pause = {pause: sentence_clips(voice, pause, line) for pause in pauses}
         for i in range(len(by_pause[pauses[0]])):
             for pause in pauses:
                 clip = by_pause[pause][i]
@@ -219,7 +231,7 @@ async def paused_set(
 
 
 async def conversation_set(
-    engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], gap_s: float
+    engines: Engines, cfg: Config, mode: str, voices: list[str], pauses: list[float], gap_s: float, line: str
 ) -> dict[str, Any]:
     """Each voice and pause: one session, every paused sentence in turn, ``gap_s`` after each."""
     cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, max_tokens=min(cfg.llm.max_tokens, 24)))
@@ -228,7 +240,7 @@ async def conversation_set(
     t0 = time.monotonic()
     for voice in voices:
         for pause in pauses:
-            clips = sentence_clips(voice, pause)
+            clips = sentence_clips(voice, pause, line)
             said += len(clips)
             starts, pos = [], LEAD_S
             for clip in clips:
@@ -291,6 +303,12 @@ async def main() -> None:
     ap.add_argument(
         "--reply-gap", type=float, default=10.0, help="--conversation: seconds after each sentence"
     )
+    ap.add_argument(
+        "--line",
+        choices=("wideband", "phone"),
+        default="wideband",
+        help="phone: all speech through an 8 kHz G.711 mu-law line, as a Twilio call carries it",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--config", type=Path, help="YAML config the modes start from (default: the defaults)")
     args = ap.parse_args()
@@ -301,17 +319,23 @@ async def main() -> None:
         base, prepare_models(base, progress=lambda m: None), lambda m: print(m, file=sys.stderr)
     )
     await engines.warm_up()
-    print(f"machine: {cpu_name()}; turn model: {'on' if engines.turn else 'off'}", flush=True)
-    report: dict[str, Any] = {"machine": cpu_name(), "modes": {}}
+    print(
+        f"machine: {cpu_name()}; turn model: {'on' if engines.turn else 'off'}; line: {args.line}", flush=True
+    )
+    report: dict[str, Any] = {"machine": cpu_name(), "line": args.line, "modes": {}}
     modes = args.modes.split(",")
     summaries: dict[str, dict[str, Any]] = {}
     for mode in modes:
         cfg = mode_config(base, mode)
         await run_one(engines, cfg, espeak(COMPLETE_QUESTIONS[0]))  # warm, not counted
         if args.conversation:
-            summaries[mode] = await conversation_set(engines, cfg, mode, voices, pauses, args.reply_gap)
+            summaries[mode] = await conversation_set(
+                engines, cfg, mode, voices, pauses, args.reply_gap, args.line
+            )
         elif not args.skip_paused:
-            summaries[mode] = await paused_set(engines, cfg, mode, voices, pauses, base.vad.end_silence_ms)
+            summaries[mode] = await paused_set(
+                engines, cfg, mode, voices, pauses, base.vad.end_silence_ms, args.line
+            )
         else:
             summaries[mode] = {}
     # complete questions: the modes interleaved question by question, so that the machine's
@@ -322,7 +346,7 @@ async def main() -> None:
     rows: list[dict[str, Any]] = []
     for _ in range(args.questions):
         for voice in args.question_voices.split(","):
-            for q, audio in complete_items(voice):
+            for q, audio in complete_items(voice, args.line):
                 for mode in modes:
                     out = await run_one(engines, mode_config(base, mode), audio)
                     for r in out["turns"]:

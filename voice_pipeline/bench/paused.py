@@ -23,7 +23,8 @@ recorded, with their own short pauses; :func:`recorded_clip` makes those pauses 
 repeating the recording's room tone there, so the speaker's intonation before each pause is
 a person's.
 
-:func:`degrade` varies what the microphone hears: level, a noise floor.
+:func:`degrade` varies what the microphone hears: level, a noise floor; :func:`phone_line`
+what a phone call carries of it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from asr.pauses import silent_runs
+from voice_pipeline.audio import resample, to_float32, to_int16
+from voice_pipeline.telephony import mulaw
 
 #: sentences said with pauses at the phrase boundaries; the pauses fall where people
 #: hesitate: after a preposition or a filler, before an afterthought, inside a list
@@ -105,6 +108,8 @@ RECORDED_UTTERANCES: tuple[Recording, ...] = (
     Recording("forever-2.flac", ("feels like these days go on forever",), ()),
     Recording("forever-4.flac", ("feels like these days go on forever",), ()),
 )
+#: a phone call's audio rate (G.711)
+PHONE_RATE_HZ = 8000
 #: words people say while holding the floor; Whisper usually leaves them out
 FILLERS = frozenset({"um", "uh", "er", "erm", "uhm", "hmm"})
 
@@ -244,6 +249,15 @@ def degrade(
         rng = np.random.default_rng(seed)
         out = out + rng.standard_normal(len(out)) * 10 ** (noise_dbfs / 20)
     return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+
+def phone_line(samples: NDArray[np.float32], rate_hz: int) -> NDArray[np.float32]:
+    """What a phone call carries of the speech: 8 kHz G.711 µ-law (a Twilio Media Stream), brought
+    back to ``rate_hz`` as the telephony bridge brings it to the pipeline, the same length."""
+    narrow = resample(np.clip(samples, -1.0, 1.0).astype(np.float32), rate_hz, PHONE_RATE_HZ)
+    coded = to_float32(mulaw.decode(mulaw.encode(to_int16(narrow))))
+    back = resample(coded, PHONE_RATE_HZ, rate_hz)[: len(samples)]
+    return np.pad(back, (0, len(samples) - len(back))).astype(np.float32)
 
 
 #: a 10 ms frame of the reply louder than this (RMS, full scale 1.0) counts as heard
