@@ -3,11 +3,12 @@
 :data:`voice_pipeline.bench.paused.RECORDED_SENTENCES` (tests/data/human: a LibriVox reader
 and a second speaker reading playing cards) go through Silero, Whisper, Smart Turn, vLLM and
 Piper in real time, each of the speaker's pauses made 0.6-1.2 s long with the recording's
-own room tone. What a user would check: every word they said reaches the assistant (in one
-turn, or, where a reply was heard long enough to be an interruption, in the next), each
-sentence gets a spoken answer, nothing hangs, and a speaker who has been seen to go on
-after a pause is not talked over at their next one. And a person who interrupts a long reply
-stops it, and is heard.
+own room tone, as a microphone hears them and over a phone call (8 kHz µ-law, as a Twilio
+Media Stream carries it: where the issue first saw a paused speaker talked over). What a user
+would check: every word they said reaches the assistant (in one turn, or, where a reply was
+heard long enough to be an interruption, in the next), each sentence gets a spoken answer,
+nothing hangs, and a speaker who has been seen to go on after a pause is not talked over at
+their next one. And a person who interrupts a long reply stops it, and is heard.
 
 What this speech shows, and the tests print: at a speaker's *first* pause the reply is
 often heard. On read speech Smart Turn calls a phrase end finished with P(complete)
@@ -38,6 +39,7 @@ from voice_pipeline.bench.paused import (
     RECORDED_UTTERANCES,
     PausedSpeech,
     Recording,
+    phone_line,
     reply_heard_in_pauses,
 )
 from voice_pipeline.runner import RunResult, run_audio
@@ -80,10 +82,14 @@ class Heard:
         return f"{self.clip.phrases[0]!r} +{self.clip.pauses_s}: {turns}"
 
 
-async def speak(engines: Engines, config: Config, rec: Recording, pause_s: float, after_s: float) -> Heard:
+async def speak(
+    engines: Engines, config: Config, rec: Recording, pause_s: float, after_s: float, line: str = "wideband"
+) -> Heard:
     """``rec`` said in real time with each of its pauses made ``pause_s`` longer, then
-    ``after_s`` of silence."""
+    ``after_s`` of silence; ``line="phone"``: heard over a phone call (8 kHz µ-law)."""
     clip = recorded_speech(rec, pause_s, RATE)
+    if line == "phone":
+        clip = dataclasses.replace(clip, samples=phone_line(clip.samples, RATE))
     audio = np.concatenate(
         [
             np.zeros(round(LEAD_S * RATE), np.float32),
@@ -99,9 +105,12 @@ def words(text: str) -> list[str]:
     return " ".join(SPELLED.get(w, w) for w in normalize(text).replace("-", " ").split()).split()
 
 
-@pytest.fixture(scope="module")
-async def recorded(engines: Engines, config: Config) -> list[Heard]:
-    return [await speak(engines, config, rec, PAUSES[rec.file], 1.0) for rec in RECORDED_SENTENCES]
+@pytest.fixture(scope="module", params=["wideband", "phone"])
+async def recorded(engines: Engines, config: Config, request: pytest.FixtureRequest) -> list[Heard]:
+    """The recorded sentences as a microphone hears them, and over a phone call (where the
+    issue first saw a paused speaker talked over: 8 kHz µ-law, as Twilio carries it)."""
+    line = request.param
+    return [await speak(engines, config, rec, PAUSES[rec.file], 1.0, line) for rec in RECORDED_SENTENCES]
 
 
 def test_every_word_of_a_recorded_sentence_reaches_the_assistant(recorded: list[Heard]) -> None:

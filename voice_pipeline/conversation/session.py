@@ -12,18 +12,17 @@ owns the tasks, queues and clocks.
 Ownership:
 
 * The transport calls :meth:`Session.push_audio` for every input chunk; the
-  :class:`~voice_pipeline.conversation.listening.Listener` (VAD, the echo check) and
-  the machine's frame step run inline there (well under a millisecond per frame), so
-  input backpressure is the transport's own await.
-* Every task is spawned through the session's
-  :class:`~voice_pipeline.conversation.tasks.SessionTasks` and has its turn as owner: the
-  partial transcripts, the evidence of each pause and the LLM prefetch
-  (:mod:`voice_pipeline.conversation.utterance`), and one reply task per turn running
+  :class:`~voice_pipeline.conversation.listening.Listener` (VAD, the echo check) and the
+  machine's frame step run inline there (well under a millisecond per frame), so input
+  backpressure is the transport's own await.
+* Every task is spawned through the session's :class:`~voice_pipeline.conversation.tasks.SessionTasks`
+  and has its turn as owner: the partial transcripts, the evidence of each pause and the LLM
+  prefetch (:mod:`voice_pipeline.conversation.utterance`), and one reply task per turn running
   :meth:`voice_pipeline.conversation.reply.Reply.run` (one TaskGroup: LLM -> clauses -> TTS ->
-  listener). Barge-in is a direct ``cancel()`` of that task -- never a message racing
-  the data -- which aborts the vLLM request, stops synthesis and tells the transport
-  to flush. So is a continuation, after which the same turn is heard on and answered
-  anew (the cancelled reply's epoch is over: it records nothing more).
+  listener). Barge-in is a direct ``cancel()`` of that task -- never a message racing the
+  data -- which aborts the vLLM request, stops synthesis and tells the transport to flush. So
+  is a continuation: the same turn is heard on and answered anew (the cancelled reply's epoch
+  is over: it records nothing more).
 * :meth:`Session.aclose` cancels and awaits every task it owns; it is idempotent.
 
 A client may steer more than the config (a realtime session), all typed and decided
@@ -31,10 +30,9 @@ by the machine: :meth:`Session.configure`, :meth:`Session.commit`, :meth:`Sessio
 :meth:`Session.respond` (a reply on demand) and :meth:`Session.cancel`. What the LLM
 sees comes from the session's :class:`~voice_pipeline.conversation.history.Context`.
 
-Failures: an exception from ASR, LLM or TTS during a turn ends that turn only:
-``TurnFailed``, then ``dialogue.apology`` spoken like a reply (barge-in works on it), then
-``TurnCompleted`` with ``record.failed`` set; what enters the history is
-:mod:`voice_pipeline.conversation.history`'s rule. A failing turn model only loses its vote.
+Failures: an exception from ASR, LLM or TTS ends that turn only: ``TurnFailed``, then ``dialogue.apology``
+spoken like a reply (barge-in works on it), then ``TurnCompleted`` with ``record.failed`` set; what enters
+the history is :mod:`voice_pipeline.conversation.history`'s rule. A failing turn model only loses its vote.
 """
 
 from __future__ import annotations
@@ -191,8 +189,7 @@ class Session:
         """New turn-taking settings for the frames and turns to come; ``reply``: how automatic replies
         are given. Changing ``options.detection`` drops the user's turn in progress (the machine's rule)."""
         self._cfg = cfg = dataclasses.replace(self._cfg, vad=vad, turn=turn, barge_in=barge_in)
-        # a text-only reply has no audio: a speculative one holds none either
-        hold = cfg.dialogue.speculative_audio and reply.speak
+        hold = cfg.dialogue.speculative_audio and reply.speak  # a text-only reply holds no audio either
         settings = self._ctx.settings.configured(vad, turn, hold_first_chunk=hold)
         self._ctx = dataclasses.replace(self._ctx, settings=settings)
         self._reply_options = reply
@@ -317,6 +314,9 @@ class Session:
         verdict = transcribed.verdict
         if isinstance(verdict, te.Answer | te.Dismiss) and verdict.interruption is not None:
             turn.ledger.interruption = verdict.interruption
+        if isinstance(verdict, te.Dismiss) and verdict.interruption is None:  # no words: open for the gap
+            while self._machine.capturing == turn.turn_id:  # until sealed: a new turn, or the gap's end
+                await self._tick_at(self._clock() + self._cfg.audio.frame_ms * 1_000_000)
         if not isinstance(verdict, te.Answer):
             return  # no words, a backchannel, echo or noise over a reply, or kept: no reply
         # what was heard of earlier replies cut by the user (or their unheard words) enters the history first

@@ -81,6 +81,8 @@ class Continuation:
         self._rate = sample_rate_hz
         self._max_gap = turn.continuation_max_gap_ms * sample_rate_hz // 1000  # in samples
         self._grace_ns = turn.continuation_grace_ms * 1_000_000
+        #: a turn heard as no words stays open this long after its speech (the gap, or the grace)
+        self._no_words_ns = (turn.continuation_max_gap_ms or turn.continuation_grace_ms) * 1_000_000
         self._time_of = time_of
 
     def continues(self, t: TurnState, onset: int) -> bool:
@@ -122,7 +124,14 @@ class Continuation:
     def expired(self, t: TurnState, now_ns: int, pending_onset: int | None) -> bool:
         """``t`` (not sealed yet) can no longer be continued: its reply has been audible
         for longer than the grace -- unless a voiced run that began within the grace
-        (its onset at input sample ``pending_onset``) may still become speech: it decides."""
+        (its onset at input sample ``pending_onset``) may still become speech: it decides.
+        A turn heard as no words (it has no reply) expires ``turn.continuation_max_gap_ms`` after
+        its end of speech, unless a voiced run began by then: speech that soon is decoded with it."""
+        if t.no_words and not t.sealed and t.speech_end_sample is not None:
+            if not self._enabled:
+                return True
+            last = self._time_of(t.speech_end_sample) + self._no_words_ns  # the last onset that continues it
+            return now_ns > last and (pending_onset is None or self._time_of(pending_onset) > last)
         if t.sealed or t.audible_ns is None or now_ns - t.audible_ns <= self._grace_ns:
             return False
         return pending_onset is None or self._time_of(pending_onset) - t.audible_ns > self._grace_ns

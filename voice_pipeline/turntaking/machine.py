@@ -1,11 +1,10 @@
 """The lifecycle of a turn and its reply: one pure state machine (no clock, no asyncio).
 
-Everything that decides who has the floor lives here, the way h11 keeps its state machine in one
-file: the session runtime feeds it what happened (VAD frames, the evidence about a pause, transcripts,
-playback, push-to-talk, an explicit interrupt) and carries out the commands it answers with. Each turn
-moves only through the transition table of :mod:`voice_pipeline.turntaking.phases` (:meth:`_move`);
-what goes in and the commands that come out are :mod:`voice_pipeline.turntaking.messages`. The
-finer decisions are delegated to the pure parts it owns: see :mod:`voice_pipeline.turntaking`.
+Everything that decides who has the floor lives here, as h11 keeps its state machine in one file:
+the session runtime feeds it what happened (VAD frames, the evidence about a pause, transcripts,
+playback, push-to-talk, an interrupt) and carries out the commands it answers with. Each turn moves
+only through the transition table of :mod:`voice_pipeline.turntaking.phases` (:meth:`_move`); the
+messages are :mod:`voice_pipeline.turntaking.messages`; the finer decisions, its pure parts.
 """
 
 from __future__ import annotations
@@ -161,6 +160,7 @@ class TurnMachine:
             ok = kind is InterruptionKind.WORDS
             before = self._confirm(over, CancelReason.WORDS) if ok else self._false_interruption(over, kind)
         answer = text and kind in (None, InterruptionKind.WORDS)
+        t.no_words = not text and kind is None  # heard as nothing: open while its speaker may go on
         verdict = self._options.verdict(turn_id, kind) if answer else cmd.Dismiss(turn_id, kind)
         return cmd.Transcribed((*before, verdict), verdict)
 
@@ -303,12 +303,12 @@ class TurnMachine:
                 cmds.extend(self._end(step))
 
     def _speech_started(self, s: SpeechStarted) -> list[Command]:
-        latest = self._latest(REPLY_PHASES)
-        if latest is not None and self.continuation.continues(latest, s.onset_sample):
-            return self._continue(latest, s.onset_sample)
+        t = self._latest(REPLY_PHASES)
+        if t is not None and self.continuation.continues(t, s.onset_sample):
+            return self._continue(t, s.onset_sample)
         cmds: list[Command] = []
-        if latest is not None and latest.phase is Phase.REPLYING and self._barge_in.enabled:
-            cmds.extend(self._cancel(latest, CancelReason.UNHEARD))
+        if t is not None and t.phase is Phase.REPLYING and self._barge_in.enabled and not t.no_words:
+            cmds.extend(self._cancel(t, CancelReason.UNHEARD))
         cmds.extend(self._begin(s.onset_sample, s.start_sample, spoken_over=self.audible))
         return cmds
 
@@ -350,7 +350,7 @@ class TurnMachine:
         self._move(t, Step.CONTINUE)
         self.patience.continued(t.ended_by, self.continuation.gap_ms(t, onset))
         self._be_patient()
-        t.ended_by, t.audible_ns = None, None
+        t.ended_by, t.audible_ns, t.no_words = None, None, False
         self.user = t.turn_id
         return [cmd.ContinueTurn(t.turn_id, onset)]
 

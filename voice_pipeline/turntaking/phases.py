@@ -121,3 +121,5 @@ class TurnState:
     sealed: bool = False
     #: a voice that may continue the turn holds its reply's first audio (Continuation.holds)
     held: bool = False
+    #: its final words were none (Whisper heard silence): open while its speaker may go on
+    no_words: bool = False
