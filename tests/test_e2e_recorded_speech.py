@@ -151,6 +151,16 @@ def test_a_speaker_seen_to_go_on_is_not_talked_over_at_their_next_pause(recorded
     assert seconds > 0  # the set has sentences with a second pause
 
 
+def test_a_title_heard_as_silence_over_a_phone_line_is_not_lost(recorded: list[Heard]) -> None:
+    """Over a phone line Whisper hears the reader's "And Mr." alone as silence ("and", no-speech
+    0.73): that turn stays open for the continuation gap, so the name that follows is decoded
+    with it. One turn holds "mister john dashwood", on either line."""
+    (h,) = [h for h in recorded if h.clip.phrases[0] == "and mister"]
+    said = [r for r in h.turns if r.user_text]
+    assert len(said) == 1, h.describe()
+    assert "mister john dashwood" in " ".join(words(said[0].user_text)), h.describe()
+
+
 def test_a_pause_after_words_that_cannot_end_a_sentence_is_not_answered(recorded: list[Heard]) -> None:
     """A title ("And Mr.": the name is to come) and a degree adverb after a copula ("Unless
     to be rather": the adjective is to come) sound finished to Smart Turn (P 0.71-0.91) but
