@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from voice_pipeline.barge_in_config import DEFAULT_BACKCHANNELS as DEFAULT_BACKCHANNELS  # re-exported
+from voice_pipeline.barge_in_config import BargeInConfig as BargeInConfig  # re-exported
+from voice_pipeline.barge_in_config import validate_barge_in
 from voice_pipeline.dialogue_config import DEFAULT_SYSTEM_PROMPT as DEFAULT_SYSTEM_PROMPT  # re-exported
 from voice_pipeline.dialogue_config import DialogueConfig as DialogueConfig  # re-exported
 from voice_pipeline.dialogue_config import validate_dialogue
@@ -199,36 +202,6 @@ class TTSConfig:
     max_trailing_silence_ms: int = 120
 
 
-# fmt: off
-DEFAULT_BACKCHANNELS = (
-    "uh-huh", "uh huh", "mm-hmm", "mm hmm", "mhm", "mm", "hmm", "yeah", "yes", "yep", "yup", "okay",
-    "ok", "right", "sure", "i see", "got it", "uh", "um", "ah", "oh", "cool", "nice",
-)
-# fmt: on
-
-
-@dataclass(frozen=True, slots=True)
-class BargeInConfig:
-    """When user speech interrupts the assistant (see voice_pipeline/turntaking/bargein.py)."""
-
-    enabled: bool = True
-    #: voiced user speech (echo excluded) while the assistant is audible that pauses it at once
-    #: (160 ms: barge-in stop p95 about 180-200 ms at the wire; 200 ms gave 220-235)
-    min_speech_ms: int = 160
-    #: a paused reply is cancelled for good once the user has spoken this long (no backchannel is)
-    confirm_speech_ms: int = 800
-    #: utterances made only of these words do not interrupt (the paused reply resumes)
-    backchannels: tuple[str, ...] = DEFAULT_BACKCHANNELS
-    #: resume a paused reply when the interruption had no words, only backchannels, or echo
-    resume_after_false_interruption: bool = True
-    #: tell the assistant's own voice coming back into the microphone from the user's
-    echo_suppression: bool = True
-    #: residual/microphone energy ratio (dB) below which a frame counts as echo
-    echo_residual_db: float = -6.0
-    #: longest echo path delay searched (speaker -> microphone, plus transport lag)
-    echo_max_delay_ms: int = 400
-
-
 @dataclass(frozen=True, slots=True)
 class AudioConfig:
     #: rate the VAD and ASR run at
@@ -390,9 +363,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("tts.min_clause_words: must be >= 1")
     if cfg.tts.first_chunk_words is not None and cfg.tts.first_chunk_words < 0:
         raise ConfigError("tts.first_chunk_words: must be >= 0 (0: no short first chunk)")
-    b = cfg.barge_in
-    if b.min_speech_ms < 0 or b.confirm_speech_ms < b.min_speech_ms or b.echo_max_delay_ms < 0:
-        raise ConfigError("barge_in: need 0 <= min_speech_ms <= confirm_speech_ms, echo_max_delay_ms >= 0")
+    validate_barge_in(cfg.barge_in)
     for f in dataclasses.fields(cfg.budget):
         if getattr(cfg.budget, f.name) <= 0:
             raise ConfigError(f"budget.{f.name}: must be positive")
