@@ -1,4 +1,4 @@
-"""Barge-in decisions: the voiced-time tracker and the interruption classifier (pure, tables)."""
+"""Barge-in decisions: the voiced-time tracker, the interruption classifier and a stop (pure, tables)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from voice_pipeline.turntaking.bargein import (
     ConfirmInterruption,
     InterruptionKind,
     SpeechOverReply,
+    answers,
+    asks_to_stop,
     classify_interruption,
     words_of,
 )
@@ -176,3 +178,55 @@ def test_counting_starts_with_the_first_voiced_frame_and_ends_on_reset() -> None
     assert tracker.counting
     tracker.resolved()
     assert not tracker.counting
+
+
+STOPS = BargeInConfig().stop_phrases
+
+
+@pytest.mark.parametrize(
+    ("text", "stops"),
+    [
+        ("Stop!", True),
+        ("Stop, never mind.", True),
+        ("Okay, stop.", True),
+        ("No, stop talking please", True),
+        ("Please be quiet.", True),
+        ("That's enough!", True),
+        # Whisper's whole decode of a turn continued to say it: the last sentence decides
+        ("What is the capital of friends? Stop!", True),
+        ("What is the capital of friends? Stop Never Mind", True),
+        # not only a stop
+        ("How do I make it stop?", False),
+        ("I want to stop.", False),
+        ("Stop, what time is it?", False),
+        ("Stop. What time is it?", False),
+        ("Enough about dragons, tell me about cats.", False),
+        # no stop phrase at all: a "no" is an answer
+        ("No.", False),
+        ("Okay.", False),
+        ("", False),
+        ("...", False),
+    ],
+)
+def test_asks_to_stop(text: str, stops: bool) -> None:
+    assert asks_to_stop(text, STOPS) is stops
+
+
+def test_stop_phrases_come_from_the_caller() -> None:
+    assert asks_to_stop("Halt!", ["halt"])
+    assert not asks_to_stop("Stop!", [])
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "cut", "answered"),
+    [
+        ("What time is it?", None, False, True),
+        ("Stop!", None, False, True),  # no reply was cut: answered like any words
+        ("Stop!", InterruptionKind.WORDS, True, False),
+        ("Tell me more. Stop, what time is it?", InterruptionKind.WORDS, True, True),
+        ("uh-huh", InterruptionKind.BACKCHANNEL, True, False),
+        ("", None, False, False),
+    ],
+)
+def test_answers(text: str, kind: InterruptionKind | None, cut: bool, answered: bool) -> None:
+    assert answers(text, kind, cut_reply=cut, stop_phrases=STOPS) is answered

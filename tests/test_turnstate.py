@@ -569,6 +569,61 @@ CASES = [
         make=lambda: machine(barge=BargeInConfig(min_speech_ms=160, confirm_speech_ms=320)),
     ),
     Case(
+        "a turn continued within the grace only to say stop is not answered: the reply was dropped",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("..#"), [], {1: AU}),
+            (Frames("#"), [PauseReply(1, 7 * FRAME_NS), ContinueTurn(1, 7 * F)], {1: L}),
+            (Frames("."), [Speculate(1, 9 * F)], {1: MF}),
+            *answered(speech_end_frame=9, decided=12),
+            (Heard(1, "What is the capital of France? Stop!"), [Dismiss(1, None)], {1: RE}),
+            (Finished(1), [Seal(1)], {}),
+        ],
+    ),
+    Case(
+        "a turn continued to say stop and ask something else is answered",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("..#"), [], {1: AU}),
+            (Frames("#"), [PauseReply(1, 7 * FRAME_NS), ContinueTurn(1, 7 * F)], {1: L}),
+            (Frames("."), [Speculate(1, 9 * F)], {1: MF}),
+            *answered(speech_end_frame=9, decided=12),
+            (Heard(1, "What is the capital of France? Stop, what time is it?"), [Answer(1, None)], {1: RE}),
+        ],
+    ),
+    Case(
+        "stop said when no reply was cut is answered like any words",
+        [*ASK, *answered(), (Heard(1, "Stop."), [Answer(1, None)], {1: RE})],
+    ),
+    Case(
+        "stop spoken over the reply cancels it, and is not answered",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (
+                Frames("##."),
+                [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)],
+                {1: PA, 2: MF},
+            ),
+            (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
+            (Sound(0.9), [], {1: PA, 2: MF}),
+            (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
+            (
+                Heard(2, "Okay, never mind.", said="sure"),
+                [CancelReply(1, CancelReason.WORDS, True), Dismiss(2, InterruptionKind.WORDS)],
+                {1: Phase.INTERRUPTED, 2: RE},
+            ),
+            (Finished(1), [], {2: RE}),
+            (Finished(2), [Seal(2)], {}),
+        ],
+    ),
+    Case(
         "a reply that ends while paused (its task failed, or was closed) is done",
         [
             *ASK,

@@ -1,5 +1,5 @@
-"""The ``barge_in`` section of the config: when user speech interrupts the assistant
-(re-exported by :mod:`voice_pipeline.config`; the decisions are
+"""The ``barge_in`` section of the config: when user speech interrupts the assistant, and
+what it said (re-exported by :mod:`voice_pipeline.config`; the decisions are
 :mod:`voice_pipeline.turntaking.bargein`'s)."""
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ from voice_pipeline.errors import ConfigError
 DEFAULT_BACKCHANNELS = (
     "uh-huh", "uh huh", "mm-hmm", "mm hmm", "mhm", "mm", "hmm", "yeah", "yes", "yep", "yup", "okay",
     "ok", "right", "sure", "i see", "got it", "uh", "um", "ah", "oh", "cool", "nice",
+)
+#: what a user says to make the assistant stop talking
+DEFAULT_STOP_PHRASES = (
+    "stop", "stop it", "stop talking", "stop that", "never mind", "nevermind", "forget it",
+    "forget that", "cancel", "cancel that", "be quiet", "quiet", "shut up", "hush", "enough",
+    "that's enough", "that is enough",
 )
 # fmt: on
 
@@ -28,6 +34,10 @@ class BargeInConfig:
     confirm_speech_ms: int = 800
     #: utterances made only of these words do not interrupt (the paused reply resumes)
     backchannels: tuple[str, ...] = DEFAULT_BACKCHANNELS
+    #: words that cut a reply and end in a sentence of these alone ("Stop!", "Okay, never mind."):
+    #: the reply stops and they are not answered, the assistant says no more (() = off: answered
+    #: like any words; turntaking/bargein.py, asks_to_stop)
+    stop_phrases: tuple[str, ...] = DEFAULT_STOP_PHRASES
     #: resume a paused reply when the interruption had no words, only backchannels, or echo
     resume_after_false_interruption: bool = True
     #: tell the assistant's own voice coming back into the microphone from the user's

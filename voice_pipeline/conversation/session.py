@@ -314,15 +314,15 @@ class Session:
         verdict = transcribed.verdict
         if isinstance(verdict, te.Answer | te.Dismiss) and verdict.interruption is not None:
             turn.ledger.interruption = verdict.interruption
-        if isinstance(verdict, te.Dismiss) and verdict.interruption is None:  # no words: open for the gap
+        if isinstance(verdict, te.Dismiss) and not (verdict.interruption or turn.user_text):  # heard nothing
             while self._machine.capturing == turn.turn_id:  # until sealed: a new turn, or the gap's end
                 await self._tick_at(self._clock() + self._cfg.audio.frame_ms * 1_000_000)
-        if not isinstance(verdict, te.Answer):
-            return  # no words, a backchannel, echo or noise over a reply, or kept: no reply
         # what was heard of earlier replies cut by the user (or their unheard words) enters the history first
         ending = self._turns.winding_down_before(turn.turn_id)
         if ending:
             await asyncio.wait(ending)
+        if not isinstance(verdict, te.Answer):
+            return  # no words, a backchannel, echo or noise over a reply, "Stop!", or kept: no reply
         await turn.answer(self._context, self._reply_options)
 
     def _reply_audible(self, turn_id: int, epoch: int) -> None:

@@ -16,6 +16,9 @@ Two stages, so that stopping is fast and backchannels still do not stop the repl
    assistant's own words (echo the energy gate missed), the interruption was
    false: the paused reply resumes where playback stopped.
 
+Words that cut a reply only to ask it to stop ("Stop!", "Okay, never mind.": :func:`asks_to_stop`)
+are not answered (:func:`answers`): the reply stopped, and the assistant says no more.
+
 Speech the echo probe finds to be the assistant's own voice interrupts nothing
 (:meth:`BargeInTracker.hear`). An explicit interrupt (push-to-talk pressed while the
 assistant speaks) skips both stages and confirms at once.
@@ -146,6 +149,70 @@ def words_of(text: str) -> list[str]:
     return _WORD.findall(text.lower().replace("-", " "))
 
 
+#: words said around a stop phrase that leave it a stop ("okay, stop", "no, never mind, please")
+STOP_SOFTENERS = (
+    "okay",
+    "ok",
+    "oh",
+    "no",
+    "please",
+    "just",
+    "wait",
+    "hey",
+    "um",
+    "uh",
+    "alright",
+    "all right",
+    "sorry",
+    "now",
+)
+_SENTENCE_END = re.compile(r"[.?!]+")
+
+
+def _covered(words: list[str], *lists: Iterable[str]) -> tuple[bool, set[int]]:
+    """Are ``words`` made only of the phrases in ``lists`` (longest first)? And which of the
+    lists (their indexes) the phrases came from."""
+    phrases = sorted(
+        ((tuple(words_of(p)), n) for n, phrases in enumerate(lists) for p in phrases),
+        key=lambda pn: len(pn[0]),
+        reverse=True,
+    )
+    used: set[int] = set()
+    i = 0
+    while i < len(words):
+        for phrase, n in phrases:
+            if phrase and tuple(words[i : i + len(phrase)]) == phrase:
+                i += len(phrase)
+                used.add(n)
+                break
+        else:
+            return False, used
+    return True, used
+
+
+def asks_to_stop(text: str, stop_phrases: Iterable[str]) -> bool:
+    """The last sentence of ``text`` asks the assistant only to stop: it is made of
+    ``stop_phrases`` (at least one) and :data:`STOP_SOFTENERS` ("Stop!", "Okay, never mind.",
+    or "What is the capital of France? Stop."). "How do I make it stop?" does not, nor does
+    "Stop, what time is it?"."""
+    sentences = [s for s in _SENTENCE_END.split(text) if words_of(s)]
+    if not sentences:
+        return False
+    covered, used = _covered(words_of(sentences[-1]), stop_phrases, STOP_SOFTENERS)
+    return covered and 0 in used
+
+
+def answers(
+    text: str, kind: InterruptionKind | None, *, cut_reply: bool, stop_phrases: Iterable[str]
+) -> bool:
+    """Are a turn's final words answered? Words meant for the assistant (spoken over no reply,
+    or a real interruption) -- unless they cut a reply (``cut_reply``: spoken over it, or they
+    continued its turn) only to ask it to stop ("Stop!", "Never mind."): it stopped; no more."""
+    if not text or kind not in (None, InterruptionKind.WORDS):
+        return False
+    return not (cut_reply and asks_to_stop(text, stop_phrases))
+
+
 def classify_interruption(
     text: str, backchannels: Iterable[str], assistant_recent: str, *, echo_overlap: float = 0.8
 ) -> InterruptionKind:
@@ -153,16 +220,7 @@ def classify_interruption(
     words = words_of(text)
     if not words:
         return InterruptionKind.NO_WORDS
-    phrases = sorted((tuple(words_of(b)) for b in backchannels), key=len, reverse=True)
-    i = 0
-    while i < len(words):
-        for phrase in phrases:
-            if phrase and tuple(words[i : i + len(phrase)]) == phrase:
-                i += len(phrase)
-                break
-        else:
-            break
-    if i == len(words):
+    if _covered(words, backchannels)[0]:
         return InterruptionKind.BACKCHANNEL
     spoken = set(words_of(assistant_recent))
     if sum(w in spoken for w in words) / len(words) >= echo_overlap:

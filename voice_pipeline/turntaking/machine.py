@@ -23,6 +23,7 @@ from voice_pipeline.turntaking.bargein import (
     EchoProbe,
     InterruptionKind,
     SpeechOverReply,
+    answers,
     classify_interruption,
 )
 from voice_pipeline.turntaking.ending import Continuation, Patience
@@ -59,8 +60,7 @@ class TurnMachine:
         end-of-turn policy (None = silence alone); ``prefetch``: ``dialogue.speculative_start``."""
         self._vad, self._barge_in = vad, barge_in
         self._frame_ms = frame_samples * 1000 / sample_rate_hz
-        self._prefetch = prefetch
-        self._options = options or TurnOptions()
+        self._prefetch, self._options = prefetch, options or TurnOptions()
         self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
         self.continuation = Continuation(turn, sample_rate_hz=sample_rate_hz, time_of=time_of)
         self._policy, self.patience = policy, Patience.of(turn)
@@ -159,7 +159,8 @@ class TurnMachine:
             kind = classify_interruption(text, self._barge_in.backchannels, said)
             ok = kind is InterruptionKind.WORDS
             before = self._confirm(over, CancelReason.WORDS) if ok else self._false_interruption(over, kind)
-        answer = text and kind in (None, InterruptionKind.WORDS)
+        cut = (t.spoken_over is not None or t.continued) and self._options.auto_reply  # Keep keeps all
+        answer = answers(text, kind, cut_reply=cut, stop_phrases=self._barge_in.stop_phrases)
         t.no_words = not text and kind is None  # heard as nothing: open while its speaker may go on
         verdict = self._options.verdict(turn_id, kind) if answer else cmd.Dismiss(turn_id, kind)
         return cmd.Transcribed((*before, verdict), verdict)
@@ -308,9 +309,8 @@ class TurnMachine:
             return self._continue(t, s.onset_sample)
         cmds: list[Command] = []
         if t is not None and t.phase is Phase.REPLYING and self._barge_in.enabled and not t.no_words:
-            cmds.extend(self._cancel(t, CancelReason.UNHEARD))
-        cmds.extend(self._begin(s.onset_sample, s.start_sample, spoken_over=self.audible))
-        return cmds
+            cmds = self._cancel(t, CancelReason.UNHEARD)
+        return cmds + self._begin(s.onset_sample, s.start_sample, spoken_over=self.audible)
 
     def _begin(self, onset: int, start: int, *, spoken_over: int | None, ptt: bool = False) -> list[Command]:
         cmds: list[Command] = [cmd.Seal(t.turn_id) for t in self._turns.values() if not t.sealed]
@@ -350,7 +350,7 @@ class TurnMachine:
         self._move(t, Step.CONTINUE)
         self.patience.continued(t.ended_by, self.continuation.gap_ms(t, onset))
         self._be_patient()
-        t.ended_by, t.audible_ns, t.no_words = None, None, False
+        t.ended_by, t.audible_ns, t.no_words, t.continued = None, None, False, True
         self.user = t.turn_id
         return [cmd.ContinueTurn(t.turn_id, onset)]
 

@@ -123,3 +123,6 @@ class TurnState:
     held: bool = False
     #: its final words were none (Whisper heard silence): open while its speaker may go on
     no_words: bool = False
+    #: the user went on after it ended (ContinueTurn): their words cut its reply (it was dropped;
+    #: a turn heard as no words had none, but a stop said then is still left unanswered)
+    continued: bool = False

@@ -1,0 +1,103 @@
+"""A user who tells the assistant to stop is not answered, with the real models.
+
+"Stop!" said over a reply used to stop it and then be answered by the LLM, so the
+assistant talked again ("I'm sorry for any confusion ..."). Said soon after the question
+(within ``turn.continuation_max_gap_ms`` of its end, so it continues that turn), the merged
+words were answered too: "What is the capital of France? Stop!" got "The capital of France
+is Paris." (traced, session 33). Now words that cut a reply and end in a sentence that only
+asks to stop (``barge_in.stop_phrases``) are not answered: the listener hears nothing more.
+
+Speech is espeak-ng's, synthesized at test time; OUT's timeline is what a listener heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from speech import concat, espeak, silence
+
+from voice_pipeline import events as ev
+from voice_pipeline.runner import RunResult, run_audio
+
+if TYPE_CHECKING:
+    from voice_pipeline.config import Config
+    from voice_pipeline.engines import Engines
+
+pytestmark = pytest.mark.real_models
+
+RATE = 16000
+QUESTION = "What is the capital of France?"
+STORY = "Tell me a long story about a brave knight and a dragon."
+STOP = "Stop, never mind."
+
+
+def _span(speech: np.ndarray) -> tuple[int, int]:
+    loud = np.flatnonzero(np.abs(speech) > 0.003)  # -50 dBFS
+    return int(loud[0]), int(loud[-1]) + 1
+
+
+def _said_after(first: np.ndarray, gap_s: float, then: np.ndarray) -> tuple[np.ndarray, float]:
+    """``first``, ``gap_s`` of silence from its last sound to ``then``'s first, ``then``, 6 s of
+    silence; and the moment (s) ``then`` begins to sound."""
+    lead = silence(0.5)
+    (_, first_end), (then_start, _) = _span(first), _span(then)
+    gap = silence(gap_s - (len(first) - first_end) / RATE - then_start / RATE)
+    onset_s = (len(lead) + len(first) + len(gap) + then_start) / RATE
+    return concat(lead, first, gap, then, silence(6.0)), onset_s
+
+
+def _heard_after(result: RunResult, t_s: float) -> float:
+    """Seconds of reply audio the listener heard from ``t_s`` on."""
+    out = result.output[int(t_s * result.output_rate_hz) :]
+    return float(np.count_nonzero(out)) / result.output_rate_hz
+
+
+async def _run(engines: Engines, config: Config, audio: np.ndarray) -> tuple[RunResult, list[ev.Event]]:
+    events: list[ev.Event] = []
+    result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, on_event=events.append), 120)
+    await asyncio.sleep(0.05)
+    assert engines.llm.unfinished_requests() == 0
+    return result, events
+
+
+async def test_stop_said_right_after_the_question_continues_it_and_nothing_is_answered(
+    engines: Engines, config: Config
+) -> None:
+    # 1.2 s after the question: its turn has ended on any machine (a question waits the short
+    # wait), and the stop starts well within the continuation gap
+    audio, stop_s = _said_after(espeak(QUESTION), 1.2, espeak(STOP))
+    result, events = await _run(engines, config, audio)
+    assert len(result.records) == 1, [r.user_text for r in result.records]
+    turn = result.records[0]
+    assert turn.continuations >= 1 and [e for e in events if isinstance(e, ev.TurnContinued)]
+    assert "capital" in turn.user_text.lower() and "stop" in turn.user_text.lower(), turn.user_text
+    assert turn.assistant_text == "" and not turn.interrupted
+    # nothing of any reply was heard once the stop began (the dropped reply is flushed at
+    # its onset: a frame or two of it may still play)
+    assert _heard_after(result, stop_s + 0.3) == 0.0
+    # the history keeps the user's words, unanswered
+    assert [m.role for m in result.history] == ["user"], result.history
+    assert "stop" in result.history[0].content.lower()
+
+
+async def test_stop_said_over_a_reply_cancels_it_and_nothing_is_answered(
+    engines: Engines, config: Config
+) -> None:
+    # 3.5 s after the request the story is being told, past the continuation gap: a barge-in
+    audio, stop_s = _said_after(espeak(STORY), 3.5, espeak(STOP))
+    result, events = await _run(engines, config, audio)
+    assert len(result.records) == 2, [r.user_text for r in result.records]
+    story, stop = result.records
+    assert np.any(result.output[: int(stop_s * result.output_rate_hz)]), "the story was not playing"
+    assert story.interrupted and story.heard_text
+    assert stop.interruption == "words" and "stop" in stop.user_text.lower(), stop.user_text
+    assert stop.assistant_text == "" and stop.work.audio_heard_s == 0.0
+    assert _heard_after(result, stop_s + 0.5) == 0.0
+    assert not [e for e in events if isinstance(e, ev.AssistantTextStreamed) and e.turn_id == stop.turn_id]
+    # the history: the request, what was heard of the story (cut), the stop, unanswered
+    roles = [m.role for m in result.history]
+    assert roles == ["user", "assistant", "user"], result.history
+    assert "stop" in result.history[2].content.lower()
