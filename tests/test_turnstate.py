@@ -304,16 +304,16 @@ def same(expected: list[Expect], got: list[Command]) -> bool:
 L, MF, RE, AU, PA = Phase.LISTENING, Phase.MAYBE_FINISHED, Phase.REPLYING, Phase.AUDIBLE, Phase.PAUSED
 DONE = Phase.DONE
 
+Script = list[tuple[Input, list[Expect], dict[int, Phase]]]
+
 # a question: 2 voiced frames (speech starts on the 2nd: onset 0, pre-roll clamped at 0)
-ASK: list[tuple[Input, list[Expect], dict[int, Phase]]] = [
+ASK: Script = [
     (Frames("##"), [BeginTurn(1, 0, 0, None)], {1: L}),
     (Frames("."), [Speculate(1, 2 * F)], {1: MF}),
 ]
 
 
-def answered(
-    turn: int = 1, speech_end_frame: int = 2, decided: int = 5, patience_ms: int = 0
-) -> list[tuple[Input, list[Expect], dict[int, Phase]]]:
+def answered(turn: int = 1, speech_end_frame: int = 2, decided: int = 5, patience_ms: int = 0) -> Script:
     """The words and the sound say complete: the turn ends after the short wait (and the
     speaker's patience)."""
     wait = 96 + patience_ms
@@ -326,6 +326,37 @@ def answered(
             {turn: RE},
         ),
     ]
+
+
+# the reply to ASK is audible; the user speaks over it (turn 2) and pauses
+SPOKEN_OVER: Script = [
+    *ASK,
+    *answered(),
+    (Audible(1), [], {1: AU}),
+    (Frames("...."), [Seal(1)], {1: AU}),
+    (
+        Frames("##."),
+        [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)],
+        {1: PA, 2: MF},
+    ),
+]
+# ... and their turn ends: neutral words that sound complete (no prefetch over a reply)
+SPOKEN_OVER_ENDED: Script = [
+    *SPOKEN_OVER,
+    (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
+    (Sound(0.9), [], {1: PA, 2: MF}),
+    (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
+]
+# the user goes on within the grace after the reply to ASK became audible; the turn ends again
+CONTINUED_ENDED: Script = [
+    *ASK,
+    *answered(),
+    (Audible(1), [], {1: AU}),
+    (Frames("..#"), [], {1: AU}),
+    (Frames("#"), [PauseReply(1, 7 * FRAME_NS), ContinueTurn(1, 7 * F)], {1: L}),
+    (Frames("."), [Speculate(1, 9 * F)], {1: MF}),
+    *answered(speech_end_frame=9, decided=12),
+]
 
 
 CASES = [
@@ -571,13 +602,7 @@ CASES = [
     Case(
         "a turn continued within the grace only to say stop is not answered: the reply was dropped",
         [
-            *ASK,
-            *answered(),
-            (Audible(1), [], {1: AU}),
-            (Frames("..#"), [], {1: AU}),
-            (Frames("#"), [PauseReply(1, 7 * FRAME_NS), ContinueTurn(1, 7 * F)], {1: L}),
-            (Frames("."), [Speculate(1, 9 * F)], {1: MF}),
-            *answered(speech_end_frame=9, decided=12),
+            *CONTINUED_ENDED,
             (Heard(1, "What is the capital of France? Stop!"), [Dismiss(1, None)], {1: RE}),
             (Finished(1), [Seal(1)], {}),
         ],
@@ -585,13 +610,7 @@ CASES = [
     Case(
         "a turn continued to say stop and ask something else is answered",
         [
-            *ASK,
-            *answered(),
-            (Audible(1), [], {1: AU}),
-            (Frames("..#"), [], {1: AU}),
-            (Frames("#"), [PauseReply(1, 7 * FRAME_NS), ContinueTurn(1, 7 * F)], {1: L}),
-            (Frames("."), [Speculate(1, 9 * F)], {1: MF}),
-            *answered(speech_end_frame=9, decided=12),
+            *CONTINUED_ENDED,
             (Heard(1, "What is the capital of France? Stop, what time is it?"), [Answer(1, None)], {1: RE}),
         ],
     ),
@@ -602,18 +621,7 @@ CASES = [
     Case(
         "stop spoken over the reply cancels it, and is not answered",
         [
-            *ASK,
-            *answered(),
-            (Audible(1), [], {1: AU}),
-            (Frames("...."), [Seal(1)], {1: AU}),
-            (
-                Frames("##."),
-                [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)],
-                {1: PA, 2: MF},
-            ),
-            (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
-            (Sound(0.9), [], {1: PA, 2: MF}),
-            (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
+            *SPOKEN_OVER_ENDED,
             (
                 Heard(2, "Okay, never mind.", said="sure"),
                 [CancelReply(1, CancelReason.WORDS, True), Dismiss(2, InterruptionKind.WORDS)],
@@ -661,18 +669,7 @@ CASES = [
     Case(
         "a backchannel over the reply: it resumes where it stopped, no answer",
         [
-            *ASK,
-            *answered(),
-            (Audible(1), [], {1: AU}),
-            (Frames("...."), [Seal(1)], {1: AU}),
-            (
-                Frames("##."),
-                [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)],
-                {1: PA, 2: MF},
-            ),
-            (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
-            (Sound(0.9), [], {1: PA, 2: MF}),
-            (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
+            *SPOKEN_OVER_ENDED,
             (
                 Heard(2, "uh-huh"),
                 [ResumeReply(1, InterruptionKind.BACKCHANNEL), Dismiss(2, InterruptionKind.BACKCHANNEL)],
@@ -684,15 +681,7 @@ CASES = [
     Case(
         "a backchannel without resume_after_false_interruption stops the reply",
         [
-            *ASK,
-            *answered(),
-            (Audible(1), [], {1: AU}),
-            (Frames("...."), [Seal(1)], {1: AU}),
-            (
-                Frames("##."),
-                [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1), Speculate(2, 11 * F)],
-                {1: PA, 2: MF},
-            ),
+            *SPOKEN_OVER,
             (Frames("." * 9), [end(2, 11, 21, Rule.NO_VERDICT, 320), StartReply(2)], {1: PA, 2: RE}),
             (
                 Heard(2, "okay"),
