@@ -150,22 +150,12 @@ def words_of(text: str) -> list[str]:
 
 
 #: words said around a stop phrase that leave it a stop ("okay, stop", "no, never mind, please")
+# fmt: off
 STOP_SOFTENERS = (
-    "okay",
-    "ok",
-    "oh",
-    "no",
-    "please",
-    "just",
-    "wait",
-    "hey",
-    "um",
-    "uh",
-    "alright",
-    "all right",
-    "sorry",
-    "now",
+    "okay", "ok", "oh", "no", "please", "just", "wait", "hey", "um", "uh", "alright", "all right",
+    "sorry", "now",
 )
+# fmt: on
 _SENTENCE_END = re.compile(r"[.?!]+")
 
 
