@@ -3,9 +3,10 @@
 "Stop!" said over a reply used to stop it and then be answered by the LLM, so the
 assistant talked again ("I'm sorry for any confusion ..."). Said soon after the question
 (within ``turn.continuation_max_gap_ms`` of its end, so it continues that turn), the merged
-words were answered too: "What is the capital of France? Stop!" got "The capital of France
-is Paris." (traced, session 33). Now words that cut a reply and end in a sentence that only
-asks to stop (``barge_in.stop_phrases``) are not answered: the listener hears nothing more.
+words were answered too: Whisper's "What is the capital of friends? Stop Never Mind" got
+"The capital of friends is Paris." (traced, session 33). Now words that cut a reply and
+end in a sentence that only asks to stop (``barge_in.stop_phrases``) are not answered: the
+listener hears nothing more.
 
 Speech is espeak-ng's, synthesized at test time; OUT's timeline is what a listener heard.
 """
