@@ -43,6 +43,12 @@ def silence(seconds: float, rate_hz: int = 16000) -> NDArray[np.float32]:
     return np.zeros(round(seconds * rate_hz), dtype=np.float32)
 
 
+def acoustic_span(speech: NDArray[np.float32]) -> tuple[int, int]:
+    """The first and one past the last sample of ``speech`` louder than -50 dBFS."""
+    loud = np.flatnonzero(np.abs(speech) > 0.003)
+    return int(loud[0]), int(loud[-1]) + 1
+
+
 def concat(*parts: NDArray[np.float32]) -> NDArray[np.float32]:
     return np.concatenate(parts).astype(np.float32)
 

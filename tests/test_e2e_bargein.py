@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 from polling import until
-from speech import concat, espeak, normalize, silence, word_error_rate
+from speech import acoustic_span, concat, espeak, normalize, silence, word_error_rate
 
 from llm.base import ChatMessage
 from voice_pipeline import events as ev
@@ -34,11 +34,6 @@ pytestmark = pytest.mark.real_models
 RATE = 16000
 STORY = "Tell me a long story about a brave knight and a dragon."
 QUESTION = "What is the capital of France?"
-
-
-def acoustic_span(speech: np.ndarray) -> tuple[int, int]:
-    loud = np.flatnonzero(np.abs(speech) > 0.003)  # -50 dBFS
-    return int(loud[0]), int(loud[-1]) + 1
 
 
 def silent_run_start(out: np.ndarray, start: int, min_len: int) -> int:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from speech import concat, espeak, silence
+from speech import acoustic_span, concat, espeak, silence
 
 from voice_pipeline import events as ev
 from voice_pipeline.runner import RunResult, run_audio
@@ -35,16 +35,11 @@ STORY = "Tell me a long story about a brave knight and a dragon."
 STOP = "Stop, never mind."
 
 
-def _span(speech: np.ndarray) -> tuple[int, int]:
-    loud = np.flatnonzero(np.abs(speech) > 0.003)  # -50 dBFS
-    return int(loud[0]), int(loud[-1]) + 1
-
-
 def _said_after(first: np.ndarray, gap_s: float, then: np.ndarray) -> tuple[np.ndarray, float]:
     """``first``, ``gap_s`` of silence from its last sound to ``then``'s first, ``then``, 6 s of
     silence; and the moment (s) ``then`` begins to sound."""
     lead = silence(0.5)
-    (_, first_end), (then_start, _) = _span(first), _span(then)
+    (_, first_end), (then_start, _) = acoustic_span(first), acoustic_span(then)
     gap = silence(gap_s - (len(first) - first_end) / RATE - then_start / RATE)
     onset_s = (len(lead) + len(first) + len(gap) + then_start) / RATE
     return concat(lead, first, gap, then, silence(6.0)), onset_s
