@@ -29,10 +29,11 @@ def stream_body(
     max_tokens: int,
     temperature: float,
     top_p: float,
+    repetition_penalty: float = 1.0,
 ) -> dict[str, Any]:
     """The body of a streamed chat completion, with vLLM's cumulative usage on every chunk;
     ``offer`` (already :func:`llm.toolprompt.effective_offer`) goes as ``tools`` and
-    ``tool_choice``."""
+    ``tool_choice``; a ``repetition_penalty`` other than 1.0 as vLLM's extra parameter."""
     body: dict[str, Any] = {
         "model": model,
         # an answer with no tools offered: earlier calls and results as plain text, as
@@ -44,6 +45,8 @@ def stream_body(
         "temperature": temperature,
         "top_p": top_p,
     }
+    if repetition_penalty != 1.0:
+        body["repetition_penalty"] = repetition_penalty
     if offer is not None:
         body.update(tools=openai_tools(offer.tools), tool_choice=openai_tool_choice(offer))
     return body

@@ -273,6 +273,8 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"llm": {"engine": "remote"}}, "llm.url"),
     ({"llm": {"max_tokens": 0}}, "max_tokens"),
     ({"llm": {"kv_cache_mib": 8}}, "kv_cache_mib"),
+    ({"llm": {"repetition_penalty": 0}}, "llm.repetition_penalty"),
+    ({"llm": {"repetition_penalty": 2.5}}, "llm.repetition_penalty"),
     ({"tts": {"min_clause_words": 0}}, "tts.min_clause_words"),
 ]
 
@@ -291,6 +293,8 @@ VALID_EDGES: list[dict[str, Any]] = [
     {"vad": {"webrtc_mode": 0}},
     {"audio": {"pipeline_rate_hz": 8000, "frame_ms": 100}},
     {"llm": {"max_tokens": 1, "kv_cache_mib": 16}},
+    {"llm": {"repetition_penalty": 1.0}},  # off
+    {"llm": {"repetition_penalty": 2.0}},
     {"tts": {"min_clause_words": 1}},
 ]
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from llm.base import ChatMessage, LLMDelta
-from llm.openai_wire import DONE, SSEChunk, parse_sse_line
+from llm.openai_wire import DONE, SSEChunk, parse_sse_line, stream_body
 from llm.remote import RemoteVLLM
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, LLMConfig
 from voice_pipeline.errors import EngineError
@@ -26,6 +26,21 @@ QUESTION = [
     ChatMessage("user", "What is the capital of France? Answer in one sentence."),
 ]
 STORY = [ChatMessage("user", "Tell me a very long story about a dragon and a knight.")]
+
+
+# ---------------------------------------------------------------- pure: the request
+
+
+def test_the_repetition_penalty_goes_as_vllms_extra_parameter() -> None:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    kw = {"max_tokens": 96, "temperature": 0.0, "top_p": 1.0}
+    assert "repetition_penalty" not in stream_body("m", QUESTION, None, **kw)  # 1.0: none, any server
+    body = stream_body("m", QUESTION, None, repetition_penalty=LLMConfig().repetition_penalty, **kw)
+    assert body["repetition_penalty"] == 1.1
+    # vLLM's server reads it into the request's sampling
+    params = ChatCompletionRequest.model_validate(body).to_sampling_params(96, {})
+    assert params.repetition_penalty == 1.1
 
 
 # ---------------------------------------------------------------- pure: SSE parsing

@@ -153,6 +153,11 @@ class LLMConfig:
     max_tokens: int = 96
     temperature: float = 0.0
     top_p: float = 1.0
+    #: vLLM's penalty on tokens already in the prompt or the reply (1.0 = none). 1.1 ended the
+    #: loops of SmolLM2 decoding greedily ("List the days of the week": the week over and
+    #: over to the token limit), 1.05 did not; 1.2 made its replies ramble on to the limit
+    #: (README, "A reply that repeats itself")
+    repetition_penalty: float = 1.1
     #: vLLM KV cache size (mandatory on CPU)
     kv_cache_mib: int = 256
     #: tokens per vLLM KV cache block (0 = chosen for the machine: 32 on CPU). The prefix
@@ -350,6 +355,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm.url: required when llm.engine is 'remote' (or pass --llm-url)")
     if cfg.llm.max_tokens < 1 or cfg.llm.kv_cache_mib < 16:
         raise ConfigError("llm: max_tokens must be >= 1 and kv_cache_mib >= 16")
+    if not 0 < cfg.llm.repetition_penalty <= 2:
+        raise ConfigError(f"llm.repetition_penalty must be in (0, 2], got {cfg.llm.repetition_penalty}")
     if cfg.llm.request_timeout_s <= 0 or cfg.llm.threads < 0:
         raise ConfigError("llm: request_timeout_s must be > 0 and threads >= 0")
     if not 0 < cfg.llm.retry_initial_s <= cfg.llm.retry_max_s:
