@@ -1,7 +1,8 @@
 """What a client steers on a session beyond the config (the realtime endpoint's needs),
 driven by fakes on a fake clock: manual turns and commits, no automatic replies, replies
 on demand with their own messages, text-only replies, token limits, client cancels, a
-cleared input, barge-in off, and a session asking its own Context instead of the History.
+cleared input, barge-in off, and a session asking its own Context instead of the History;
+and how a reply ends when it is cut off.
 """
 
 from __future__ import annotations
@@ -132,6 +133,26 @@ async def test_a_reply_stops_at_its_token_limit(h: H) -> None:
     assert generated.output_tokens == 3 and generated.token_limit
     assert h.fakes.llm.aborted  # the request did not run on
     assert h.fakes.llm.unfinished_requests() == 0
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "reply", "heard"),
+    [
+        (8, REPLY, "Sure, the answer is forty two."),  # "It is" was cut off: not said
+        (6, REPLY, "Sure, the answer is forty two."),  # the limit on a sentence end: all of it
+        (2, REPLY, "Sure,"),
+        (2, "The answer is forty two.", "The answer"),  # nothing whole yet: rather than silence
+    ],
+)
+async def test_a_reply_cut_at_its_token_limit_ends_at_its_last_whole_clause(
+    h: H, max_tokens: int, reply: str, heard: str
+) -> None:
+    h.fakes.llm.reply = reply
+    turn = h.session.respond(ReplyRequest((ChatMessage("user", "hi"),), ReplyOptions(max_tokens=max_tokens)))
+    await h.driver.quiet_until(lambda: h.transport.record(turn) is not None)
+    rec = h.transport.record(turn)
+    assert rec is not None and rec.heard_text == heard
+    assert h.transport.of(ev.ReplyGenerated)[0].token_limit
 
 
 async def test_with_auto_replies_off_the_words_wait_for_the_client(h: H) -> None:

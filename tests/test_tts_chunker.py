@@ -243,6 +243,24 @@ def test_force_split_at_max_words_waits_for_the_word_to_end() -> None:
     assert chunker.flush() == ["fo"]
 
 
+@pytest.mark.parametrize(
+    ("tail", "spoken"),
+    [
+        ("He was a master of", []),  # cut off mid-sentence: not spoken
+        ("and", []),
+        ('He said "yes."', ['He said "yes."']),  # a whole sentence, closing quote and all
+        ("Really?", ["Really?"]),
+    ],
+)
+def test_a_cut_off_stream_drops_its_unfinished_tail(tail: str, spoken: list[str]) -> None:
+    first = "The dragon flew over the hills."
+    chunker = ClauseChunker(4)
+    assert chunker.push(f"{first} {tail}") == [first]
+    assert chunker.flush(unfinished=False) == spoken
+    assert chunker.push(f"{first} {tail}") == [first]
+    assert chunker.flush() == [tail]  # a stream that ended by itself says all of it
+
+
 def test_chunker_is_reusable_after_flush() -> None:
     chunker = OldRules(4)
     assert run(chunker, ["- Paris, the capital city of France, is big"]) == [

@@ -200,13 +200,16 @@ class ClauseChunker:
         clause = next(iter(probe.push(_PROBE)), None)
         return None if clause is None or _PROBE_WORD in clause else clause  # it must end before
 
-    def flush(self) -> list[str]:
-        """End of the stream: the remaining clauses, if they have speakable content."""
+    def flush(self, *, unfinished: bool = True) -> list[str]:
+        """End of the stream: the remaining clauses, if they have speakable content.
+        ``unfinished=False`` (a stream that was cut off): the text after the last clause is
+        dropped unless it ends a sentence ("Zephyr was a master of" is not spoken)."""
         self._buf += self._cleaner.flush()
         clauses = self._drain(final=True)
         rest = normalize_space(self._buf)
         self._buf, self._pos = "", 0
-        if is_speakable(rest):
+        ends = rest.rstrip("".join(_CLOSERS)).endswith(tuple(_SENTENCE_END))
+        if is_speakable(rest) and (unfinished or ends):
             clauses.append(rest)
         self._words_emitted = self._last_words = 0
         return clauses

@@ -18,8 +18,8 @@ speaker, so barge-in treats them like its words; they stay out of its text.
 
 :class:`ReplyOptions` say how one reply is given: spoken (the default) or as text only
 (no TTS: the LLM's text is the reply, shown at once), and its token limit (a reply that
-reaches it stops there; ``llm.max_tokens`` caps every reply -- with server-side tools,
-each of its LLM requests). The transport is told each step:
+reaches it stops there, at its last whole clause; ``llm.max_tokens`` caps every reply -- with
+server-side tools, each of its LLM requests). The transport is told each step:
 :class:`~voice_pipeline.events.ReplyStarted`, the text as it streams, each clause before
 its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
 :class:`~voice_pipeline.events.ReplyGenerated` once everything is generated and sent.
@@ -282,7 +282,8 @@ class Reply:
             )
         if made:
             self._compute(span, llm_start, self._clock())  # the round that wrote the calls
-        for clause in chunker.flush() if speak else ():
+        whole = self.token_limit and self._clauses_cut > 0  # a cut reply ends at its last whole clause
+        for clause in chunker.flush(unfinished=not whole) if speak else ():
             await self._clause(clause, span, llm_start, out)
         return made, text
 
