@@ -275,6 +275,7 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"llm": {"kv_cache_mib": 8}}, "kv_cache_mib"),
     ({"llm": {"repetition_penalty": 0}}, "llm.repetition_penalty"),
     ({"llm": {"repetition_penalty": 2.5}}, "llm.repetition_penalty"),
+    ({"dialogue": {"repeat_stop_words": -1}}, "repeat_stop_words"),
     ({"tts": {"min_clause_words": 0}}, "tts.min_clause_words"),
 ]
 
@@ -293,7 +294,7 @@ VALID_EDGES: list[dict[str, Any]] = [
     {"vad": {"webrtc_mode": 0}},
     {"audio": {"pipeline_rate_hz": 8000, "frame_ms": 100}},
     {"llm": {"max_tokens": 1, "kv_cache_mib": 16}},
-    {"llm": {"repetition_penalty": 1.0}},  # off
+    {"llm": {"repetition_penalty": 1.0}, "dialogue": {"repeat_stop_words": 0}},  # both off
     {"llm": {"repetition_penalty": 2.0}},
     {"tts": {"min_clause_words": 1}},
 ]

@@ -2,7 +2,7 @@
 driven by fakes on a fake clock: manual turns and commits, no automatic replies, replies
 on demand with their own messages, text-only replies, token limits, client cancels, a
 cleared input, barge-in off, and a session asking its own Context instead of the History;
-and how a reply ends when it is cut off.
+and how a reply ends when it is cut off or starts to repeat itself.
 """
 
 from __future__ import annotations
@@ -153,6 +153,37 @@ async def test_a_reply_cut_at_its_token_limit_ends_at_its_last_whole_clause(
     rec = h.transport.record(turn)
     assert rec is not None and rec.heard_text == heard
     assert h.transport.of(ev.ReplyGenerated)[0].token_limit
+
+
+WEEK = "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday,"
+
+
+async def test_a_reply_that_repeats_itself_stops_before_the_repeat(h: H) -> None:
+    h.fakes.llm.reply = " ".join([WEEK] * 4)
+    turn = h.session.respond(ReplyRequest((ChatMessage("user", "List the days of the week."),)))
+    await h.driver.quiet_until(lambda: h.transport.record(turn) is not None)
+    (generated,) = h.transport.of(ev.ReplyGenerated)
+    assert generated.repeated and not generated.token_limit
+    assert generated.output_tokens < 4 * 7  # it stopped generating
+    assert h.fakes.llm.aborted and h.fakes.llm.unfinished_requests() == 0
+    rec = h.transport.record(turn)
+    assert rec is not None
+    said = rec.heard_text.replace(",", "").split()
+    assert said[:7] == WEEK.replace(",", "").split() and len(said) < 14, rec.heard_text
+
+
+async def test_the_history_keeps_a_repeating_reply_as_it_was_spoken(h: H) -> None:
+    h.fakes.llm.reply = " ".join([WEEK] * 4)
+    await h.driver.speak(0.5)
+    await h.driver.quiet_until(lambda: h.transport.record(1) is not None)
+    rec = h.transport.record(1)
+    assert rec is not None and h.transport.of(ev.ReplyGenerated)[0].repeated
+    said = rec.heard_text.replace(",", "").split()
+    assert said[:7] == WEEK.replace(",", "").split() and len(said) < 14, rec.heard_text  # no week twice
+    assert h.session.history == [
+        ChatMessage("user", "what is the answer"),
+        ChatMessage("assistant", rec.heard_text),
+    ]
 
 
 async def test_with_auto_replies_off_the_words_wait_for_the_client(h: H) -> None:

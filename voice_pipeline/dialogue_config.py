@@ -33,6 +33,10 @@ class DialogueConfig:
     #: (``filler_ms``), voice_to_voice still ends at the reply's own first audio
     filler_after_ms: int = 0
     filler_text: str = "Hmm, let me think."
+    #: a reply stops before it says again a run of this many words it already said, or a
+    #: sentence of 4 or more (a small model's loop: voice_pipeline/conversation/repetition.py);
+    #: 0 = never
+    repeat_stop_words: int = 7
     #: start the LLM on the speculative transcript while the end-of-turn silence runs;
     #: used if the final transcript is the same, aborted if the user goes on speaking
     speculative_start: bool = True
@@ -67,8 +71,11 @@ class DialogueConfig:
 
 
 def validate_dialogue(d: DialogueConfig) -> None:
-    if d.history_max_tokens < 64 or d.filler_after_ms < 0 or d.speculative_limit < 0:
-        raise ConfigError("dialogue: need history_max_tokens >= 64, filler_after_ms, speculative_limit >= 0")
+    if d.history_max_tokens < 64 or min(d.filler_after_ms, d.speculative_limit, d.repeat_stop_words) < 0:
+        raise ConfigError(
+            "dialogue: need history_max_tokens >= 64; filler_after_ms, speculative_limit and "
+            "repeat_stop_words >= 0"
+        )
     if d.tool_timeout_s <= 0 or d.tool_filler_after_ms < 0 or d.tool_max_rounds < 1:
         raise ConfigError("dialogue: need tool_timeout_s > 0, tool_filler_after_ms >= 0 tool_max_rounds >= 1")
     for entry in d.tools:

@@ -85,7 +85,8 @@ class ClauseSynthesized:
 @dataclass(frozen=True, slots=True)
 class ReplyGenerated:
     """The reply is complete: every token generated and all its audio handed to the
-    transport (playback may go on). ``token_limit``: it stopped at its token limit."""
+    transport (playback may go on). ``token_limit``: it stopped at its token limit;
+    ``repeated``: it stopped as it began to repeat itself (voice_pipeline/conversation/repetition.py)."""
 
     turn_id: int
     t_ns: int
@@ -94,6 +95,7 @@ class ReplyGenerated:
     #: how the engine says the prompt was served (None: it did not say)
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    repeated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ def synthesize_clause(tts: TTS, text: str, clock: Callable[[], int], *, head_fir
 
 @dataclass(frozen=True, slots=True)
 class ReplyDeps:
-    """What every reply of a session runs on, and the three settings it reads -- nothing
+    """What every reply of a session runs on, and the four settings it reads -- nothing
     else of the :class:`~voice_pipeline.config.Config` or the engines (the session cuts
     them out: :func:`voice_pipeline.conversation.wiring.reply_deps`)."""
 
@@ -65,5 +65,6 @@ class ReplyDeps:
     max_tokens: int  # llm.max_tokens
     tts_cfg: TTSConfig  # how the reply is cut into chunks, and whether its first is sent head first
     filler_text: str  # dialogue.filler_text
+    repeat_stop_words: int  # dialogue.repeat_stop_words
     #: the session's server-side tools (dialogue.tools); None: none, or the client's own
     tools: ToolBox | None = None

@@ -19,7 +19,8 @@ speaker, so barge-in treats them like its words; they stay out of its text.
 :class:`ReplyOptions` say how one reply is given: spoken (the default) or as text only
 (no TTS: the LLM's text is the reply, shown at once), and its token limit (a reply that
 reaches it stops there, at its last whole clause; ``llm.max_tokens`` caps every reply -- with
-server-side tools, each of its LLM requests). The transport is told each step:
+server-side tools, each of its LLM requests). A spoken reply that starts to repeat itself
+stops before the repeat (:mod:`~voice_pipeline.conversation.repetition`). The transport is told each step:
 :class:`~voice_pipeline.events.ReplyStarted`, the text as it streams, each clause before
 its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
 :class:`~voice_pipeline.events.ReplyGenerated` once everything is generated and sent.
@@ -40,6 +41,7 @@ from voice_pipeline.conversation.clause_audio import ClauseAudio, ReplyDeps, syn
 from voice_pipeline.conversation.early_chunk import EarlyChunk
 from voice_pipeline.conversation.heard import SpokenClause, heard_text
 from voice_pipeline.conversation.phrases import QueuedPhrase
+from voice_pipeline.conversation.repetition import RepetitionGuard
 from voice_pipeline.conversation.speaker import ReplySpeaker
 from voice_pipeline.conversation.speculation import PrefetchedStream
 from voice_pipeline.conversation.steering import ReplyOptions, ReplyRequest
@@ -84,6 +86,7 @@ class Reply:
         self.options = ReplyOptions()
         #: the LLM was stopped at the reply's token limit
         self.token_limit = False
+        self.repeats = RepetitionGuard(deps.repeat_stop_words)  # stopped: it began to repeat itself
         #: the LLM request's delta that says how the prompt was served (prompt and cached
         #: tokens, prefill ms); the session copies it into the ledger (TurnLedger.llm_request)
         self.llm_first: LLMDelta | None = None
@@ -148,6 +151,7 @@ class Reply:
                     self.token_limit,
                     None if self.llm_first is None else self.llm_first.prompt_tokens,
                     None if self.llm_first is None else self.llm_first.cached_tokens,
+                    self.repeats.stopped,
                 )
             )
             await self.speaker.drain()
@@ -216,7 +220,7 @@ class Reply:
         offer = box.offer()
         for n in range(box.max_rounds + 1):
             calls, text = await self._round(messages, offer, out, prefetched if n == 0 else None, n)
-            if not another_round(offer, calls, token_limit=self.token_limit):
+            if not another_round(offer, calls, token_limit=self.token_limit or self.repeats.stopped):
                 return
             repeated = repeats(calls, self.tool_rounds)
             messages += await self._run_tools(box, rnd := box.new_round(calls, text), out)
@@ -272,7 +276,7 @@ class Reply:
                     await self._clause(clause, span, llm_start, out)
                 if self._early is not None and not self._clauses_cut:
                     self._early.offer(chunker)
-                if self.token_limit:
+                if self.token_limit or self.repeats.stopped:
                     break
         made = calls.calls()
         self.tool_calls += made
@@ -287,7 +291,9 @@ class Reply:
             await self._clause(clause, span, llm_start, out)
         return made, text
 
-    async def _clause(self, clause: str, span: Span, llm_start: int, out: ClauseQueue) -> None:
+    async def _clause(self, text: str, span: Span, llm_start: int, out: ClauseQueue) -> None:
+        if (clause := self.repeats.admit(text)) is None:
+            return
         self._clauses_cut += 1
         self._compute(span, llm_start, self._clock())  # the first one counts
         self._mark(Mark.FIRST_CLAUSE, self._clock())

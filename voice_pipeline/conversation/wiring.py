@@ -95,6 +95,7 @@ def reply_deps(
         max_tokens=cfg.llm.max_tokens,
         tts_cfg=chunking(engines, cfg.tts),
         filler_text=cfg.dialogue.filler_text,
+        repeat_stop_words=cfg.dialogue.repeat_stop_words,
         tools=tools,
     )
 

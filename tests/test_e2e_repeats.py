@@ -1,0 +1,92 @@
+"""The assistant does not repeat itself, with the real models.
+
+SmolLM2-135M decoding greedily fell into loops: asked "What are the days of the week?" it
+said the week over and over until its token limit, 25 s of speech (session 34, both CPU
+classes). Two things now hold it: vLLM's ``llm.repetition_penalty`` (1.1: no loop in 40
+everyday requests), and, whatever the engine does, the reply's guard
+(voice_pipeline/conversation/repetition.py), which stops a reply before it says a run of
+seven words, or a sentence, a second time.
+
+The guard is checked with the penalty off, on a typed question over /v1/realtime (the
+official openai SDK as the client; Whisper tiny.en hears espeak's "days of the week" as
+"games" or "name of the week", and the model does not loop on those). The defaults are
+checked on a spoken question. What the listener heard is transcribed back by Whisper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from rtclient import realtime
+from servers import running_server
+from speech import concat, espeak, silence, word_error_rate
+from test_e2e_realtime import said, transcript_of
+
+from voice_pipeline import events as ev
+from voice_pipeline.audio import resample, to_float32
+from voice_pipeline.runner import run_audio
+
+if TYPE_CHECKING:
+    from asr.base import ASREngine
+    from voice_pipeline.config import Config
+    from voice_pipeline.engines import Engines
+
+pytestmark = pytest.mark.real_models
+
+RATE = 16000
+QUESTION = "What are the days of the week?"
+WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
+
+
+def repeated_run(text: str, n: int = 7) -> tuple[str, ...] | None:
+    """The first run of ``n`` words ``text`` says twice."""
+    words = WORD.findall(text.lower())
+    runs = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return next((r for i, r in enumerate(runs) if r in runs[:i]), None)
+
+
+async def test_with_the_penalty_off_a_loop_is_cut_before_it_goes_round_again(
+    engines: Engines, config: Config, whisper: ASREngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the engine as it was before the penalty: the model loops on this question
+    llm_cfg = engines.llm._cfg  # type: ignore[attr-defined]
+    monkeypatch.setattr(engines.llm, "_cfg", dataclasses.replace(llm_cfg, repetition_penalty=1.0))
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": QUESTION}]}
+    async with running_server(engines, config) as srv, realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        await rt.send({"type": "conversation.item.create", "item": user})
+        await rt.send({"type": "response.create"})
+        done = await rt.wait_type("response.done")
+        record = (await rt.wait_type("voice_pipeline.turn.latency")).record
+        await asyncio.sleep(0.05)
+        assert engines.llm.unfinished_requests() == 0  # the request was stopped
+    assert done.response.status == "completed"
+    llm_said, words = record["assistant_text"], transcript_of(done)
+    assert repeated_run(llm_said), llm_said  # the model did loop ...
+    assert done.response.usage.output_tokens < config.llm.max_tokens  # ... and was stopped early
+    assert repeated_run(words) is None, words  # ... the listener did not hear it go round again
+    assert words == record["heard_text"] and "monday" in words.lower() and "sunday" in words.lower()
+    back = whisper.transcribe(said(rt, done.response.id)).text
+    assert word_error_rate(words, back) <= 0.35, (words, back)  # speech, and no more than that
+
+
+async def test_with_the_defaults_a_spoken_request_gets_a_reply_that_does_not_repeat_itself(
+    engines: Engines, config: Config, whisper: ASREngine
+) -> None:
+    events: list[ev.Event] = []
+    audio = concat(silence(0.5), espeak(QUESTION, voice="en-gb+m1"), silence(6.0))
+    result = await asyncio.wait_for(run_audio(engines, config, audio, RATE, on_event=events.append), 120)
+    await asyncio.sleep(0.05)
+    assert engines.llm.unfinished_requests() == 0
+    (turn,) = result.records
+    (generated,) = [e for e in events if isinstance(e, ev.ReplyGenerated)]
+    assert turn.heard_text and not generated.token_limit, turn.assistant_text
+    assert repeated_run(turn.heard_text) is None, turn.heard_text
+    pcm = resample(to_float32(result.output), result.output_rate_hz, RATE)
+    back = whisper.transcribe(pcm.astype(np.float32)).text
+    assert word_error_rate(turn.heard_text, back) <= 0.35, (turn.heard_text, back)
