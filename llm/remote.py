@@ -139,7 +139,7 @@ class RemoteVLLM:
                 max_tokens=self._cfg.max_tokens,
                 temperature=self._cfg.temperature,
                 top_p=self._cfg.top_p,
-                repetition_penalty=self._cfg.repetition_penalty,
+                repetition_penalty=self._cfg.repetition_penalty if offer is None else 1.0,
             )
             if request_id in self._aborted:
                 return  # aborted while the model name was looked up

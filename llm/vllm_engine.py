@@ -136,7 +136,7 @@ class VLLMEngine:
             max_tokens=self._cfg.max_tokens,
             temperature=self._cfg.temperature,
             top_p=self._cfg.top_p,
-            repetition_penalty=self._cfg.repetition_penalty,
+            repetition_penalty=1.0 if plan.tools or plan.schema else self._cfg.repetition_penalty,
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=structured,
         )

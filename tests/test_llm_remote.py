@@ -7,12 +7,13 @@ import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from tool_fixtures import WEATHER_SPEC
 
-from llm.base import ChatMessage, LLMDelta
+from llm.base import ChatMessage, LLMDelta, ToolOffer
 from llm.openai_wire import DONE, SSEChunk, parse_sse_line, stream_body
 from llm.remote import RemoteVLLM
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, LLMConfig
@@ -290,3 +291,23 @@ async def test_aborting_a_remote_prefill_returns_quietly(remote: RemoteVLLM) -> 
     result = await task
     assert result.outcome is PrefillOutcome.ABORTED
     assert remote.unfinished_requests() == 0
+
+
+@pytest.mark.real_models
+async def test_the_server_is_asked_for_the_penalty_on_words_not_on_calls(
+    remote: RemoteVLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import llm.remote
+
+    bodies: list[dict[str, Any]] = []
+
+    def spy(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        bodies.append(body := stream_body(*args, **kwargs))
+        return body
+
+    monkeypatch.setattr(llm.remote, "stream_body", spy)
+    assert "".join([d.text async for d in remote.stream(QUESTION, "penalty-words")])
+    offer = ToolOffer((WEATHER_SPEC,), function="get_weather")
+    deltas = [d async for d in remote.stream(QUESTION, "penalty-call", offer)]
+    assert any(d.tool_calls for d in deltas)
+    assert [b.get("repetition_penalty") for b in bodies] == [LLMConfig().repetition_penalty, None]

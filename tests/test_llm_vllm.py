@@ -8,11 +8,12 @@ import gc
 import itertools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from tool_fixtures import WEATHER_SPEC
 
-from llm.base import LLM, ChatMessage, LLMDelta
+from llm.base import LLM, ChatMessage, LLMDelta, ToolOffer
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, ASRConfig, LLMConfig
 from voice_pipeline.errors import EngineError, ModelError
 
@@ -46,9 +47,11 @@ async def test_reply_streams_incrementally_and_mentions_paris(vllm_engine: LLM) 
     end = time.monotonic()
     text = "".join(d.text for d in deltas)
     tokens = sum(d.num_tokens for d in deltas)
-    print(f"\nvLLM in-process: TTFT {1000 * (first_at - start):.0f} ms, "
-          f"{(tokens - 1) / max(end - first_at, 1e-9):.1f} tok/s after the first, "
-          f"{tokens} tokens in {len(deltas)} deltas: {text!r}")
+    print(
+        f"\nvLLM in-process: TTFT {1000 * (first_at - start):.0f} ms, "
+        f"{(tokens - 1) / max(end - first_at, 1e-9):.1f} tok/s after the first, "
+        f"{tokens} tokens in {len(deltas)} deltas: {text!r}"
+    )
     assert "Paris" in text
     assert len(deltas) > 1
     assert all(d.num_tokens >= 1 for d in deltas)
@@ -215,8 +218,10 @@ async def test_first_delta_says_how_the_prompt_was_served(vllm_engine: LLM) -> N
         assert first.prefill_ms is not None and first.prefill_ms > 0
         assert first.cached_tokens is not None and first.cached_tokens % 32 == 0
     assert firsts[1].cached_tokens is not None and firsts[1].cached_tokens >= 32
-    print(f"\nfirst delta: {firsts[1].prompt_tokens} prompt tokens, {firsts[1].cached_tokens} cached, "
-          f"{firsts[1].prefill_ms:.0f} ms to the first token")
+    print(
+        f"\nfirst delta: {firsts[1].prompt_tokens} prompt tokens, {firsts[1].cached_tokens} cached, "
+        f"{firsts[1].prefill_ms:.0f} ms to the first token"
+    )
 
 
 async def test_prefill_puts_history_and_partial_into_the_cache(vllm_engine: LLM) -> None:
@@ -268,3 +273,22 @@ async def test_a_prefill_too_long_fails_without_raising(vllm_engine: LLM) -> Non
     result = await vllm_engine.prefill(huge, request_id("pre-huge"))
     assert result.outcome is PrefillOutcome.FAILED and "max_model_len" in (result.error or "")
     assert vllm_engine.unfinished_requests() == 0
+
+
+async def test_the_repetition_penalty_is_for_words_not_for_calls(
+    vllm_engine: LLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call copies names and values from the prompt, which the penalty would push away."""
+    penalties: list[float] = []
+    outputs = vllm_engine._outputs  # type: ignore[attr-defined]
+
+    def spy(engine: object, ids: list[int], params: Any, rid: str) -> Any:
+        penalties.append(params.repetition_penalty)
+        return outputs(engine, ids, params, rid)
+
+    monkeypatch.setattr(vllm_engine, "_outputs", spy)
+    assert "".join([d.text async for d in vllm_engine.stream(QUESTION, request_id("words"))])
+    offer = ToolOffer((WEATHER_SPEC,), function="get_weather")
+    deltas = [d async for d in vllm_engine.stream(QUESTION, request_id("call"), offer)]
+    assert any(d.tool_calls for d in deltas)
+    assert penalties == [LLMConfig().repetition_penalty, 1.0] and penalties[0] > 1.0

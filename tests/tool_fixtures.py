@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
-from typing import Literal
+from typing import Any, Literal
 
+from llm.base import ToolSpec
 from voice_pipeline.tools import tool
 
 #: a /v1/realtime client's own function (the client runs it: tests/test_e2e_realtime_tools*.py)
-WEATHER_FUNCTION = {
+WEATHER_FUNCTION: dict[str, Any] = {
     "type": "function",
     "name": "get_weather",
     "description": "Get the current weather in a city.",
@@ -19,6 +21,11 @@ WEATHER_FUNCTION = {
         "required": ["city"],
     },
 }
+
+#: the same function as an engine is offered it (tests/test_llm_vllm.py, tests/test_llm_remote.py)
+WEATHER_SPEC = ToolSpec(
+    WEATHER_FUNCTION["name"], WEATHER_FUNCTION["description"], json.dumps(WEATHER_FUNCTION["parameters"])
+)
 
 #: what ``get_weather`` answers: the end-to-end test listens for its "17"
 WEATHER = "The temperature in Paris is 17 degrees."

@@ -156,7 +156,8 @@ class LLMConfig:
     #: vLLM's penalty on tokens already in the prompt or the reply (1.0 = none). 1.1 ended the
     #: loops of SmolLM2 decoding greedily ("List the days of the week": the week over and
     #: over to the token limit), 1.05 did not; 1.2 made its replies ramble on to the limit
-    #: (README, "A reply that repeats itself")
+    #: (README, "A reply that repeats itself"). Not applied to a request that offers tools:
+    #: a call copies names and values from the prompt
     repetition_penalty: float = 1.1
     #: vLLM KV cache size (mandatory on CPU)
     kv_cache_mib: int = 256
