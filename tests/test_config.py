@@ -276,6 +276,7 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"llm": {"repetition_penalty": 0}}, "llm.repetition_penalty"),
     ({"llm": {"repetition_penalty": 2.5}}, "llm.repetition_penalty"),
     ({"dialogue": {"repeat_stop_words": -1}}, "repeat_stop_words"),
+    ({"barge_in": {"stop_after_reply_ms": -1}}, "barge_in.stop_after_reply_ms"),
     ({"tts": {"min_clause_words": 0}}, "tts.min_clause_words"),
 ]
 

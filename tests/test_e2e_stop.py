@@ -8,6 +8,10 @@ words were answered too: Whisper's "What is the capital of friends? Stop Never M
 end in a sentence that only asks to stop (``barge_in.stop_phrases``) are not answered: the
 listener hears nothing more.
 
+A stop said just as a reply was heard to its end (within ``barge_in.stop_after_reply_ms``)
+was meant for it and is not answered either (session 34: SmolLM2 answered "Stop." with an
+apology of a sentence or two).
+
 Speech is espeak-ng's, synthesized at test time; OUT's timeline is what a listener heard.
 """
 
@@ -18,7 +22,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+from servers import running_server, ws_url
 from speech import acoustic_span, concat, espeak, silence
+from wsclient import voice_client
 
 from voice_pipeline import events as ev
 from voice_pipeline.runner import RunResult, run_audio
@@ -97,3 +103,24 @@ async def test_stop_said_over_a_reply_cancels_it_and_nothing_is_answered(
     roles = [m.role for m in result.history]
     assert roles == ["user", "assistant", "user"], result.history
     assert "stop" in result.history[2].content.lower()
+
+
+async def test_stop_said_as_the_reply_ends_is_not_answered(engines: Engines, config: Config) -> None:
+    # a /ws client whose listener plays the reply in real time and reports it: the server knows
+    # when the reply was heard to its end, and the stop is said right then
+    async with running_server(engines, config) as srv, voice_client(ws_url(srv)) as client:
+        await client.start(reports=True)
+        client.start_microphone()
+        client.say(espeak("What is two plus two?"))
+        first = await client.wait_for(lambda m: m["type"] == "turn.latency", 120)
+        heard = first["record"]
+        assert heard["heard_text"] and not heard["interrupted"], heard
+        client.say(espeak("Stop."))
+        stop = await client.wait_for(
+            lambda m: m["type"] == "turn.latency" and m["turn_id"] > first["turn_id"], 60
+        )
+        await asyncio.sleep(0.05)
+        assert engines.llm.unfinished_requests() == 0
+    record = stop["record"]
+    assert "stop" in record["user_text"].lower() and record["assistant_text"] == "", record
+    assert not [a for a in client.audio if a.header["turn_id"] == stop["turn_id"]]  # nothing said

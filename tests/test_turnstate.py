@@ -215,7 +215,7 @@ class Driver:
             case Audible(turn=turn):
                 return m.reply_audible(turn, self.now)
             case Finished(turn=turn):
-                return m.reply_finished(turn)
+                return m.reply_finished(turn, self.now)
             case Interrupt():
                 return m.interrupt(self.now)
             case PttDown():
@@ -325,6 +325,29 @@ def answered(turn: int = 1, speech_end_frame: int = 2, decided: int = 5, patienc
             [end(turn, speech_end_frame, decided, Rule.COMPLETE, wait, patience_ms), StartReply(turn)],
             {turn: RE},
         ),
+    ]
+
+
+#: turn 1's reply heard to its end, 3 frames after it became audible
+HEARD_TO_ITS_END: Script = [
+    *ASK,
+    *answered(),
+    (Audible(1), [], {1: AU}),
+    (Frames("..."), [], {1: AU}),
+    (Finished(1), [Seal(1)], {}),
+]
+
+
+def stop_said_after(quiet: str, text: str, verdict: Command, frames_before: int = 8) -> Script:
+    """``quiet`` frames after turn 1's reply (``frames_before`` frames from the start), turn 2
+    says ``text``: its verdict."""
+    onset = (frames_before + len(quiet)) * F
+    return [
+        (Frames(quiet + "##"), [BeginTurn(2, onset, onset - 512, None)], {2: L}),
+        (Frames("."), [Speculate(2, onset + 2 * F)], {2: MF}),
+        *answered(2, 0, 0)[:2],
+        (Frames("...."), [lambda c: isinstance(c, EndTurn), StartReply(2)], {2: RE}),
+        (Heard(2, text), [verdict], {2: RE}),
     ]
 
 
@@ -617,6 +640,27 @@ CASES = [
     Case(
         "stop said when no reply was cut is answered like any words",
         [*ASK, *answered(), (Heard(1, "Stop."), [Answer(1, None)], {1: RE})],
+    ),
+    Case(
+        "stop said as a reply was heard to its end was meant for it: not answered",
+        [*HEARD_TO_ITS_END, *stop_said_after(".", "Stop.", Dismiss(2, None))],
+    ),
+    Case(
+        "... but other words said then are answered",
+        [*HEARD_TO_ITS_END, *stop_said_after(".", "And what about Italy?", Answer(2, None))],
+    ),
+    Case(
+        "stop said later than barge_in.stop_after_reply_ms after the reply's end is answered",
+        [*HEARD_TO_ITS_END, *stop_said_after("." * 47, "Stop.", Answer(2, None))],  # 1504 ms > 1500
+    ),
+    Case(
+        "... and one said after a reply that was not heard to its end, too",
+        [
+            *ASK,
+            *answered(),
+            (Finished(1), [Seal(1)], {}),  # cancelled (a client's response.cancel) before it was heard
+            *stop_said_after(".", "Stop.", Answer(2, None), frames_before=5),
+        ],
     ),
     Case(
         "stop spoken over the reply cancels it, and is not answered",

@@ -38,6 +38,9 @@ class BargeInConfig:
     #: the reply stops and they are not answered, the assistant says no more (() = off: answered
     #: like any words; turntaking/bargein.py, asks_to_stop)
     stop_phrases: tuple[str, ...] = DEFAULT_STOP_PHRASES
+    #: ... and so are words that start this soon after a reply was heard to its end (a stop
+    #: said as it ended was meant for it; 0 = only words that cut a reply)
+    stop_after_reply_ms: int = 1500
     #: resume a paused reply when the interruption had no words, only backchannels, or echo
     resume_after_false_interruption: bool = True
     #: tell the assistant's own voice coming back into the microphone from the user's
@@ -51,3 +54,5 @@ class BargeInConfig:
 def validate_barge_in(b: BargeInConfig) -> None:
     if b.min_speech_ms < 0 or b.confirm_speech_ms < b.min_speech_ms or b.echo_max_delay_ms < 0:
         raise ConfigError("barge_in: need 0 <= min_speech_ms <= confirm_speech_ms, echo_max_delay_ms >= 0")
+    if b.stop_after_reply_ms < 0:
+        raise ConfigError("barge_in.stop_after_reply_ms must be >= 0")

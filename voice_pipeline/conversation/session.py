@@ -333,7 +333,7 @@ class Session:
     def _finish(self, turn: Turn) -> TurnRecord:
         record = turn.finish(self._context)
         self.ledger.add(record)
-        self._execute(self._machine.reply_finished(turn.turn_id))  # the machine forgets the turn
+        self._execute(self._machine.reply_finished(turn.turn_id, self._clock()))  # the machine forgets it
         if record.assistant_text and not record.interrupted and turn.failed is None:
             self._warmer.served()  # the reply's own generation cached it
         self._warm()

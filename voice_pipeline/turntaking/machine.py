@@ -69,6 +69,7 @@ class TurnMachine:
         self._ids = itertools.count(1)
         self.user: int | None = None  # the turn the user is speaking (LISTENING, MAYBE_FINISHED)
         self._hold = Hold(sample_rate_hz, time_of)  # push-to-talk, manual detection
+        self._time_of, self._heard_end_ns = time_of, -(2**62)  # none heard to its end yet
 
     # ------------------------------------------------------------ queries
 
@@ -159,7 +160,7 @@ class TurnMachine:
             kind = classify_interruption(text, self._barge_in.backchannels, said)
             ok = kind is InterruptionKind.WORDS
             before = self._confirm(over, CancelReason.WORDS) if ok else self._false_interruption(over, kind)
-        cut = (t.spoken_over is not None or t.continued) and self._options.auto_reply  # Keep keeps all
+        cut = (t.spoken_over is not None or t.continued or t.after_reply) and self._options.auto_reply
         answer = answers(text, kind, cut_reply=cut, stop_phrases=self._barge_in.stop_phrases)
         t.no_words = not text and kind is None  # heard as nothing: open while its speaker may go on
         verdict = self._options.verdict(turn_id, kind) if answer else cmd.Dismiss(turn_id, kind)
@@ -172,11 +173,13 @@ class TurnMachine:
             t.audible_ns = now_ns
         return []
 
-    def reply_finished(self, turn_id: int) -> list[Command]:
+    def reply_finished(self, turn_id: int, now_ns: int) -> list[Command]:
         """The reply's task ended (completed, cancelled or failed): the turn is over."""
         t = self._turns.get(turn_id)
         if t is None or t.phase not in (*REPLY_PHASES, Phase.INTERRUPTED):
             return []
+        if t.phase is Phase.AUDIBLE:  # heard to its end (its task waits for the playout)
+            self._heard_end_ns = now_ns
         self._move(t, Step.FINISH)
         del self._turns[turn_id]
         return [] if t.sealed else [cmd.Seal(turn_id)]
@@ -247,14 +250,9 @@ class TurnMachine:
         return [] if t is None else self._cancel(t, CancelReason.CLIENT)
 
     def configure(
-        self,
-        vad: VADConfig,
-        barge_in: BargeInConfig,
-        policy: EndOfTurnPolicy | None,
-        options: TurnOptions,
-        *,
-        position: int,
-    ) -> list[Command]:
+        self, vad: VADConfig, barge_in: BargeInConfig, policy: EndOfTurnPolicy | None, options: TurnOptions,
+        *, position: int,
+    ) -> list[Command]:  # fmt: skip
         """New settings for the frames and turns to come (a realtime ``session.update``). Changing
         who detects turns drops the user's turn in progress (``position``: the input's now)."""
         cmds = self.drop(position) if options.detection is not self._options.detection else []
@@ -317,6 +315,8 @@ class TurnMachine:
         for t in self._turns.values():
             t.sealed = True
         t = TurnState(next(self._ids), spoken_over=spoken_over, ptt=ptt)
+        after_ms = (self._time_of(onset) - self._heard_end_ns) / 1e6  # since a reply was heard to its end
+        t.after_reply = after_ms <= self._barge_in.stop_after_reply_ms
         self._turns[t.turn_id] = t
         self.user = t.turn_id
         self.patience.new_turn()
