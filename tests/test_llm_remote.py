@@ -37,7 +37,7 @@ def test_the_repetition_penalty_goes_as_vllms_extra_parameter() -> None:
 
     kw = {"max_tokens": 96, "temperature": 0.0, "top_p": 1.0}
     assert "repetition_penalty" not in stream_body("m", QUESTION, None, **kw)  # 1.0: none, any server
-    body = stream_body("m", QUESTION, None, repetition_penalty=LLMConfig().repetition_penalty, **kw)
+    body = stream_body("m", QUESTION, None, repetition_penalty=1.1, **kw)  # set by the user
     assert body["repetition_penalty"] == 1.1
     # vLLM's server reads it into the request's sampling
     params = ChatCompletionRequest.model_validate(body).to_sampling_params(96, {})
@@ -295,9 +295,11 @@ async def test_aborting_a_remote_prefill_returns_quietly(remote: RemoteVLLM) -> 
 
 @pytest.mark.real_models
 async def test_the_server_is_asked_for_the_penalty_on_words_not_on_calls(
-    remote: RemoteVLLM, monkeypatch: pytest.MonkeyPatch
+    vllm_server_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import llm.remote
+
+    remote = RemoteVLLM(LLMConfig(engine="remote", url=vllm_server_url, repetition_penalty=1.1))
 
     bodies: list[dict[str, Any]] = []
 
@@ -310,4 +312,5 @@ async def test_the_server_is_asked_for_the_penalty_on_words_not_on_calls(
     offer = ToolOffer((WEATHER_SPEC,), function="get_weather")
     deltas = [d async for d in remote.stream(QUESTION, "penalty-call", offer)]
     assert any(d.tool_calls for d in deltas)
-    assert [b.get("repetition_penalty") for b in bodies] == [LLMConfig().repetition_penalty, None]
+    await remote.aclose()
+    assert [b.get("repetition_penalty") for b in bodies] == [1.1, None]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import itertools
 import time
@@ -280,7 +281,8 @@ async def test_the_repetition_penalty_is_for_words_not_for_calls(
 ) -> None:
     """A call copies names and values from the prompt, which the penalty would push away."""
     penalties: list[float] = []
-    outputs = vllm_engine._outputs  # type: ignore[attr-defined]
+    outputs, cfg = vllm_engine._outputs, vllm_engine._cfg  # type: ignore[attr-defined]
+    monkeypatch.setattr(vllm_engine, "_cfg", dataclasses.replace(cfg, repetition_penalty=1.1))  # a user's
 
     def spy(engine: object, ids: list[int], params: Any, rid: str) -> Any:
         penalties.append(params.repetition_penalty)
@@ -291,4 +293,4 @@ async def test_the_repetition_penalty_is_for_words_not_for_calls(
     offer = ToolOffer((WEATHER_SPEC,), function="get_weather")
     deltas = [d async for d in vllm_engine.stream(QUESTION, request_id("call"), offer)]
     assert any(d.tool_calls for d in deltas)
-    assert penalties == [LLMConfig().repetition_penalty, 1.0] and penalties[0] > 1.0
+    assert penalties == [1.1, 1.0]

@@ -153,12 +153,14 @@ class LLMConfig:
     max_tokens: int = 96
     temperature: float = 0.0
     top_p: float = 1.0
-    #: vLLM's penalty on tokens already in the prompt or the reply (1.0 = none). 1.1 ended the
-    #: loops of SmolLM2 decoding greedily ("List the days of the week": the week over and
-    #: over to the token limit), 1.05 did not; 1.2 made its replies ramble on to the limit
-    #: (README, "A reply that repeats itself"). Not applied to a request that offers tools:
-    #: a call copies names and values from the prompt
-    repetition_penalty: float = 1.1
+    #: vLLM's penalty on tokens already in the prompt, the history or the reply (1.0 = none).
+    #: Off: 1.1 ended SmolLM2's loops on single requests ("List the days of the week": the
+    #: week over and over to the token limit), but it penalizes the history too, and "And what
+    #: is the capital of Italy?" after "The capital of France is Paris." got "Italy is also
+    #: known as the Italian Republic." The reply's own guard (dialogue.repeat_stop_words)
+    #: stops loops instead (README, "A reply that repeats itself"). Never applied to a request
+    #: that offers tools: a call copies names and values from the prompt
+    repetition_penalty: float = 1.0
     #: vLLM KV cache size (mandatory on CPU)
     kv_cache_mib: int = 256
     #: tokens per vLLM KV cache block (0 = chosen for the machine: 32 on CPU). The prefix
