@@ -6,6 +6,7 @@ speaks with, so ASR tests do not only hear the system's own voice.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -65,6 +66,21 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
             cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
         prev = cur
     return prev[-1] / len(ref)
+
+
+_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text``, punctuation aside (an apostrophe stays inside a word)."""
+    return _WORD.findall(text)
+
+
+def repeated_run(text: str, n: int = 7) -> tuple[str, ...] | None:
+    """The first run of ``n`` words (case folded) that ``text`` says twice, if any."""
+    said = words(text.lower())
+    runs = [tuple(said[i : i + n]) for i in range(len(said) - n + 1)]
+    return next((r for i, r in enumerate(runs) if r in runs[:i]), None)
 
 
 def normalize(text: str) -> str:

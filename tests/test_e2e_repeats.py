@@ -16,14 +16,13 @@ listener heard is transcribed back by Whisper.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 from rtclient import realtime
 from servers import running_server
-from speech import concat, espeak, silence, word_error_rate
+from speech import concat, espeak, repeated_run, silence, word_error_rate
 from test_e2e_realtime import said, transcript_of
 
 from voice_pipeline import events as ev
@@ -39,14 +38,6 @@ pytestmark = pytest.mark.real_models
 
 RATE = 16000
 QUESTION = "What are the days of the week?"
-WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
-
-
-def repeated_run(text: str, n: int = 7) -> tuple[str, ...] | None:
-    """The first run of ``n`` words ``text`` says twice."""
-    words = WORD.findall(text.lower())
-    runs = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    return next((r for i, r in enumerate(runs) if r in runs[:i]), None)
 
 
 async def test_a_loop_is_cut_before_it_goes_round_again(

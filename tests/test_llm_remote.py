@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from tool_fixtures import WEATHER_SPEC
+from test_llm_tools_wire import WEATHER
 
 from llm.base import ChatMessage, LLMDelta, ToolOffer
 from llm.openai_wire import DONE, SSEChunk, parse_sse_line, stream_body
@@ -309,7 +309,7 @@ async def test_the_server_is_asked_for_the_penalty_on_words_not_on_calls(
 
     monkeypatch.setattr(llm.remote, "stream_body", spy)
     assert "".join([d.text async for d in remote.stream(QUESTION, "penalty-words")])
-    offer = ToolOffer((WEATHER_SPEC,), function="get_weather")
+    offer = ToolOffer((WEATHER,), function="get_weather")
     deltas = [d async for d in remote.stream(QUESTION, "penalty-call", offer)]
     assert any(d.tool_calls for d in deltas)
     await remote.aclose()

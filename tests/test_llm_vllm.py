@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from tool_fixtures import WEATHER_SPEC
+from test_llm_tools_wire import WEATHER
 
 from llm.base import LLM, ChatMessage, LLMDelta, ToolOffer
 from voice_pipeline.config import DEFAULT_SYSTEM_PROMPT, ASRConfig, LLMConfig
@@ -290,7 +290,7 @@ async def test_the_repetition_penalty_is_for_words_not_for_calls(
 
     monkeypatch.setattr(vllm_engine, "_outputs", spy)
     assert "".join([d.text async for d in vllm_engine.stream(QUESTION, request_id("words"))])
-    offer = ToolOffer((WEATHER_SPEC,), function="get_weather")
+    offer = ToolOffer((WEATHER,), function="get_weather")
     deltas = [d async for d in vllm_engine.stream(QUESTION, request_id("call"), offer)]
     assert any(d.tool_calls for d in deltas)
     assert penalties == [1.1, 1.0]

@@ -3,9 +3,8 @@ repetition penalty, session 34), cut into clauses as a reply cuts them."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from speech import repeated_run, words
 
 from tts.chunker import ClauseChunker
 from voice_pipeline.config import TTSConfig
@@ -41,7 +40,6 @@ LIFE = (
     "that can be answered by faith alone, while others argue that it is a philosophical question "
     "that cannot be answered with certainty."
 )
-WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 
 
 def speak(text: str, run_words: int = 7, delta: int = 5) -> tuple[list[str], RepetitionGuard]:
@@ -56,12 +54,6 @@ def speak(text: str, run_words: int = 7, delta: int = 5) -> tuple[list[str], Rep
     return spoken, guard
 
 
-def repeated_run(text: str, n: int = 7) -> tuple[str, ...] | None:
-    words = WORD.findall(text.lower())
-    runs = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    return next((r for i, r in enumerate(runs) if r in runs[:i]), None)
-
-
 @pytest.mark.parametrize("reply", [DAYS, PLANETS])
 def test_a_loop_stops_before_it_goes_round_again(reply: str) -> None:
     spoken, guard = speak(reply)
@@ -74,7 +66,7 @@ def test_a_loop_stops_before_it_goes_round_again(reply: str) -> None:
 
 def test_the_days_are_said_once_before_the_loop_stops() -> None:
     said = " ".join(speak(DAYS)[0])
-    days = WORD.findall(said)
+    days = words(said)
     assert days[:7] == "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split(), said
 
 
@@ -103,7 +95,7 @@ def test_a_sentence_said_again_is_not_spoken(reply: str, said: str) -> None:
 def test_words_said_twice_as_people_say_them_are_all_spoken(reply: str) -> None:
     spoken, guard = speak(reply)
     assert not guard.stopped
-    assert WORD.findall(" ".join(spoken)) == WORD.findall(reply)
+    assert words(" ".join(spoken)) == words(reply)
 
 
 def test_a_repeat_inside_a_clause_keeps_the_part_before_it_without_a_hanging_word() -> None:
@@ -143,7 +135,7 @@ def test_a_sentence_repeat_needs_min_sentence_words() -> None:
 
 def test_zero_turns_it_off_and_a_negative_length_is_refused() -> None:
     spoken, guard = speak(DAYS, run_words=0)
-    assert not guard.stopped and WORD.findall(" ".join(spoken)) == WORD.findall(DAYS)
+    assert not guard.stopped and words(" ".join(spoken)) == words(DAYS)
     with pytest.raises(ValueError, match="run_words"):
         RepetitionGuard(-1)
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
-from typing import Any, Literal
+from typing import Literal
 
-from llm.base import ToolSpec
 from voice_pipeline.tools import tool
 
 #: a /v1/realtime client's own function (the client runs it: tests/test_e2e_realtime_tools*.py)
-WEATHER_FUNCTION: dict[str, Any] = {
+WEATHER_FUNCTION = {
     "type": "function",
     "name": "get_weather",
     "description": "Get the current weather in a city.",
@@ -21,11 +19,6 @@ WEATHER_FUNCTION: dict[str, Any] = {
         "required": ["city"],
     },
 }
-
-#: the same function as an engine is offered it (tests/test_llm_vllm.py, tests/test_llm_remote.py)
-WEATHER_SPEC = ToolSpec(
-    WEATHER_FUNCTION["name"], WEATHER_FUNCTION["description"], json.dumps(WEATHER_FUNCTION["parameters"])
-)
 
 #: what ``get_weather`` answers: the end-to-end test listens for its "17"
 WEATHER = "The temperature in Paris is 17 degrees."
