@@ -64,11 +64,13 @@ def run(tracker: BargeInTracker, frame_ms: float, frames: str) -> dict[int, Barg
 
 
 def expected_actions(frame_ms: float, expected: dict[int, tuple[str, int]]) -> dict[int, BargeInAction]:
-    kinds: dict[str, type[SpeechOverReply] | type[ConfirmInterruption]] = {
-        "P": SpeechOverReply,
-        "C": ConfirmInterruption,
+    """A pause at frame ``i`` of a run that began at frame ``onset`` had ``i - onset`` frames before it."""
+    return {
+        i: SpeechOverReply(T0 + round(onset * frame_ms * MS), i - onset)
+        if k == "P"
+        else ConfirmInterruption(T0 + round(onset * frame_ms * MS))
+        for i, (k, onset) in expected.items()
     }
-    return {i: kinds[k](T0 + round(onset * frame_ms * MS)) for i, (k, onset) in expected.items()}
 
 
 @pytest.mark.parametrize("name", list(SCRIPTS))

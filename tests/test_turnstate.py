@@ -363,6 +363,19 @@ SPOKEN_OVER: Script = [
         {1: PA, 2: MF},
     ),
 ]
+# ... or only a short run: one voiced frame, one between the VAD's thresholds. The barge-in
+# count (64 ms) pauses the reply; the VAD's (64 ms above the threshold) would not start a turn
+SHORT_OVER_REPLY: Script = [
+    *ASK,
+    *answered(),
+    (Audible(1), [], {1: AU}),
+    (Frames("...."), [Seal(1)], {1: AU}),
+    (Frames("#~"), [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1)], {1: PA, 2: L}),
+    (Frames("."), [Speculate(2, 11 * F)], {1: PA, 2: MF}),
+    (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
+    (Sound(0.9), [], {1: PA, 2: MF}),
+    (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
+]
 # ... and their turn ends: neutral words that sound complete (no prefetch over a reply)
 SPOKEN_OVER_ENDED: Script = [
     *SPOKEN_OVER,
@@ -708,6 +721,29 @@ CASES = [
             (Audible(2), [], {2: AU}),
             (Frames("...."), [Seal(2)], {2: AU}),
             (Finished(2), [], {}),
+        ],
+    ),
+    Case(
+        "speech too short for the VAD's count to start a turn, but long enough to pause the reply, "
+        "is a turn at once: its words decide (a stop)",
+        [
+            *SHORT_OVER_REPLY,
+            (
+                Heard(2, "Stop."),
+                [CancelReply(1, CancelReason.WORDS, True), Dismiss(2, InterruptionKind.WORDS)],
+                {1: Phase.INTERRUPTED, 2: RE},
+            ),
+        ],
+    ),
+    Case(
+        "... (no words: a cough) and the reply resumes; before, it stayed paused for good",
+        [
+            *SHORT_OVER_REPLY,
+            (
+                Heard(2, ""),
+                [ResumeReply(1, InterruptionKind.NO_WORDS), Dismiss(2, InterruptionKind.NO_WORDS)],
+                {1: AU, 2: RE},
+            ),
         ],
     ),
     Case(

@@ -332,6 +332,27 @@ def test_reset_discards_a_candidate_run() -> None:
     assert run("#.....", ep=ep) == []
 
 
+def test_begin_starts_a_turn_the_voiced_count_has_not() -> None:
+    # one voiced frame, then (the next frame, "-", between the thresholds) barge-in paused a
+    # reply: too short a run for a turn, so begin() starts one, its onset 1 frame before the
+    # next, with the pre-roll
+    ep = Endpointer(CFG, 16000, F)
+    assert run("....#", ep=ep) == []
+    assert ep.begin(1) == [SpeechStarted(4 * F, 2 * F, 5 * F)]
+    assert ep.in_turn and ep.begin(1) == []  # nothing while a turn is open
+    # it goes on as any turn: the next frame is its own, then it ends on silence
+    assert run("-......", ep=ep) == silence_rule(
+        [(1, PauseStarted(6 * F)), (5, EndOfTurn(6 * F, 11 * F))], CFG
+    )
+
+
+def test_begin_starts_no_earlier_than_the_last_turn_ended() -> None:
+    ep = Endpointer(CFG, 16000, F)
+    run("###.....", ep=ep)  # a turn that ended at frame 8 (decided at its end)
+    assert not ep.in_turn
+    assert ep.begin(5) == [SpeechStarted(8 * F, 8 * F, 8 * F)]
+
+
 def test_every_turn_is_well_formed_on_a_long_random_stream() -> None:
     import random
 

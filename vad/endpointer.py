@@ -238,6 +238,17 @@ class Endpointer:
             return self._end_silence_ms, 0, Rule.SILENCE
         return self._policy.waits(self._evidence)
 
+    def begin(self, frames_before: int) -> list[EndpointAction]:
+        """Start a turn now, with its onset ``frames_before`` frames before the next frame,
+        however little of it was voiced so far: speech that paused a reply must be heard out
+        (its words decide). Nothing while a turn is open."""
+        if self.in_turn:
+            return []
+        onset = max(self._position - frames_before * self.frame_samples, 0, self._previous_turn_end)
+        self._state, self._onset, self._turn_onset = _State.SPEECH, onset, onset
+        self._speech_end = self._position
+        return [SpeechStarted(onset, max(onset - self._pre_roll, 0, self._previous_turn_end), self._position)]
+
     def abandon(self) -> None:
         """Leave the current turn without an action (push-to-talk took over the turn)."""
         if self._state is not _State.IDLE:

@@ -43,6 +43,8 @@ class SpeechOverReply:
     :class:`~voice_pipeline.turntaking.messages.PauseReply` command)."""
 
     onset_ns: int  # when the interrupting speech began
+    #: frames of it before this one: the turn it begins starts that many frames back
+    frames_before: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class BargeInTracker:
         self._voiced_ms = 0.0
         self._gap_ms = 0.0
         self._onset_ns: int | None = None
+        self._frames = 0  # since the onset
         self._paused = False
         self._confirmed = False
 
@@ -103,9 +106,10 @@ class BargeInTracker:
                 return None
         if self._onset_ns is None:
             return None
+        self._frames += 1
         if not self._paused and self._voiced_ms >= self._cfg.min_speech_ms:
             self._paused = True
-            return SpeechOverReply(self._onset_ns)
+            return SpeechOverReply(self._onset_ns, self._frames - 1)
         if self._paused and not self._confirmed and self._voiced_ms >= self._cfg.confirm_speech_ms:
             self._confirmed = True
             return ConfirmInterruption(self._onset_ns)

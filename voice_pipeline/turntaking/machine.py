@@ -58,9 +58,8 @@ class TurnMachine:
     ) -> None:
         """``time_of(sample)``: the monotonic time of an input sample; ``policy``: the semantic
         end-of-turn policy (None = silence alone); ``prefetch``: ``dialogue.speculative_start``."""
-        self._vad, self._barge_in = vad, barge_in
-        self._frame_ms = frame_samples * 1000 / sample_rate_hz
-        self._prefetch, self._options = prefetch, options or TurnOptions()
+        self._vad, self._barge_in, self._prefetch = vad, barge_in, prefetch
+        self._frame_ms, self._options = frame_samples * 1000 / sample_rate_hz, options or TurnOptions()
         self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
         self.continuation = Continuation(turn, sample_rate_hz=sample_rate_hz, time_of=time_of)
         self._policy, self.patience = policy, Patience.of(turn)
@@ -167,16 +166,14 @@ class TurnMachine:
         return cmd.Transcribed((*before, verdict), verdict)
 
     def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
-        t = self._turns.get(turn_id)
-        if t is not None and t.phase is Phase.REPLYING:
+        if (t := self._turns.get(turn_id)) is not None and t.phase is Phase.REPLYING:
             self._move(t, Step.AUDIBLE)
             t.audible_ns = now_ns
         return []
 
     def reply_finished(self, turn_id: int, now_ns: int) -> list[Command]:
         """The reply's task ended (completed, cancelled or failed): the turn is over."""
-        t = self._turns.get(turn_id)
-        if t is None or t.phase not in (*REPLY_PHASES, Phase.INTERRUPTED):
+        if (t := self._turns.get(turn_id)) is None or t.phase not in (*REPLY_PHASES, Phase.INTERRUPTED):
             return []
         if t.phase is Phase.AUDIBLE:  # heard to its end (its task waits for the playout)
             self._heard_end_ns = now_ns
@@ -244,8 +241,7 @@ class TurnMachine:
 
     def cancel(self, turn_id: int) -> list[Command]:
         """The client cancelled this turn's reply (a realtime ``response.cancel``)."""
-        t = self._turns.get(turn_id)
-        if t is not None and t.phase in HEARD_PHASES:
+        if (t := self._turns.get(turn_id)) is not None and t.phase in HEARD_PHASES:
             self.tracker.resolved()
         return [] if t is None else self._cancel(t, CancelReason.CLIENT)
 
@@ -278,8 +274,11 @@ class TurnMachine:
         if audible is None:
             return
         match heard:
-            case SpeechOverReply(onset_ns=onset):
+            case SpeechOverReply(onset_ns=onset, frames_before=frames):
                 cmds.extend(self._pause(audible, onset))
+                if self.user is None:  # the VAD's count had not made it a turn: it is one now
+                    for step in self.endpointer.begin(frames):
+                        self._endpoint(step, cmds)
             case ConfirmInterruption():
                 cmds.extend(self._confirm(audible, CancelReason.LONG_SPEECH))
             case EchoOverReply():
@@ -305,9 +304,8 @@ class TurnMachine:
         t = self._latest(REPLY_PHASES)
         if t is not None and self.continuation.continues(t, s.onset_sample):
             return self._continue(t, s.onset_sample)
-        cmds: list[Command] = []
-        if t is not None and t.phase is Phase.REPLYING and self._barge_in.enabled and not t.no_words:
-            cmds = self._cancel(t, CancelReason.UNHEARD)
+        unheard = t is not None and t.phase is Phase.REPLYING and self._barge_in.enabled and not t.no_words
+        cmds = self._cancel(t, CancelReason.UNHEARD) if t is not None and unheard else []
         return cmds + self._begin(s.onset_sample, s.start_sample, spoken_over=self.audible)
 
     def _begin(self, onset: int, start: int, *, spoken_over: int | None, ptt: bool = False) -> list[Command]:
