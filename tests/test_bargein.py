@@ -12,6 +12,7 @@ from voice_pipeline.turntaking.bargein import (
     ConfirmInterruption,
     InterruptionKind,
     SpeechOverReply,
+    StopWindow,
     answers,
     asks_to_stop,
     classify_interruption,
@@ -217,6 +218,17 @@ def test_asks_to_stop(text: str, stops: bool) -> None:
 def test_stop_phrases_come_from_the_caller() -> None:
     assert asks_to_stop("Halt!", ["halt"])
     assert not asks_to_stop("Stop!", [])
+
+
+def test_stop_window() -> None:
+    window, second = StopWindow(), 1_000_000_000
+    assert not window.covers(0, 1500) and not window.covers(None, 1500)  # nothing heard yet
+    window.heard(10 * second)  # a reply heard to its end: a stop said within 1.5 s is for it
+    assert window.covers(11 * second, 1500) and not window.covers(12 * second, 1500)
+    window.stopped()  # a stop that was not answered: the next one is for the same reply
+    assert window.covers(100 * second, 1500) and not window.covers(None, 1500)
+    window.heard(200 * second)  # ... until a reply is heard to its end
+    assert not window.covers(202 * second, 1500)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ listener hears nothing more.
 
 A stop said just as a reply was heard to its end (within ``barge_in.stop_after_reply_ms``)
 was meant for it and is not answered either (session 34: SmolLM2 answered "Stop." with an
-apology of a sentence or two).
+apology of a sentence or two). Nor is a stop said again, after a pause, once the first was
+left unanswered (session 35: "Stop. ... Stop talking!" got the story it had cut, told again).
 
 Speech is espeak-ng's, synthesized at test time; OUT's timeline is what a listener heard.
 """
@@ -108,6 +109,25 @@ async def test_stop_said_over_a_reply_cancels_it_and_nothing_is_answered(
     roles = [m.role for m in result.history]
     assert roles == ["user", "assistant", "user"], result.history
     assert "stop" in result.history[2].content.lower()
+
+
+async def test_a_stop_said_again_is_not_answered_either(engines: Engines, config: Config) -> None:
+    # another voice, a stop over the story, then 1.6 s later (past barge_in.stop_after_reply_ms
+    # and the continuation gap) a second, quieter one: before, the LLM answered it by telling
+    # the story again
+    voice = "en-gb+m3"
+    first, stop_s = _said_after(espeak(STORY, voice=voice), 3.5, espeak("Stop.", voice=voice), tail_s=0)
+    again = 0.6 * espeak("Stop talking!", voice=voice, wpm=170)
+    audio, _ = _said_after(first, 1.6, again, lead_s=0)
+    result, events = await _run(engines, config, audio)
+    assert len(result.records) == 3, [r.user_text for r in result.records]
+    story, *stops = result.records
+    assert story.interrupted and story.heard_text
+    for stop in stops:
+        assert "stop" in stop.user_text.lower() and stop.assistant_text == "", stop
+    assert _heard_after(result, stop_s + 0.5) == 0.0
+    assert not [e for e in events if isinstance(e, ev.ReplyStarted) and e.turn_id != story.turn_id]
+    assert [m.role for m in result.history] == ["user", "assistant", "user", "user"], result.history
 
 
 def _pauses_but_starts_no_turn(engines: Engines, config: Config, audio: np.ndarray, from_s: float) -> bool:

@@ -338,16 +338,16 @@ HEARD_TO_ITS_END: Script = [
 ]
 
 
-def stop_said_after(quiet: str, text: str, verdict: Command, frames_before: int = 8) -> Script:
-    """``quiet`` frames after turn 1's reply (``frames_before`` frames from the start), turn 2
+def stop_said_after(quiet: str, text: str, verdict: Command, frames_before: int = 8, turn: int = 2) -> Script:
+    """``quiet`` frames after the last turn (``frames_before`` frames from the start), ``turn``
     says ``text``: its verdict."""
     onset = (frames_before + len(quiet)) * F
     return [
-        (Frames(quiet + "##"), [BeginTurn(2, onset, onset - 512, None)], {2: L}),
-        (Frames("."), [Speculate(2, onset + 2 * F)], {2: MF}),
-        *answered(2, 0, 0)[:2],
-        (Frames("...."), [lambda c: isinstance(c, EndTurn), StartReply(2)], {2: RE}),
-        (Heard(2, text), [verdict], {2: RE}),
+        (Frames(quiet + "##"), [BeginTurn(turn, onset, onset - 512, None)], {turn: L}),
+        (Frames("."), [Speculate(turn, onset + 2 * F)], {turn: MF}),
+        *answered(turn, 0, 0)[:2],
+        (Frames("...."), [lambda c: isinstance(c, EndTurn), StartReply(turn)], {turn: RE}),
+        (Heard(turn, text), [verdict], {turn: RE}),
     ]
 
 
@@ -382,6 +382,17 @@ SPOKEN_OVER_ENDED: Script = [
     (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
     (Sound(0.9), [], {1: PA, 2: MF}),
     (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
+]
+# ... to say stop: the reply is cancelled, and the stop is not answered (14 frames in all)
+STOPPED_OVER_REPLY: Script = [
+    *SPOKEN_OVER_ENDED,
+    (
+        Heard(2, "Okay, never mind.", said="sure"),
+        [CancelReply(1, CancelReason.WORDS, True), Dismiss(2, InterruptionKind.WORDS)],
+        {1: Phase.INTERRUPTED, 2: RE},
+    ),
+    (Finished(1), [], {2: RE}),
+    (Finished(2), [Seal(2)], {}),
 ]
 # the user goes on within the grace after the reply to ASK became audible; the turn ends again
 CONTINUED_ENDED: Script = [
@@ -677,15 +688,31 @@ CASES = [
     ),
     Case(
         "stop spoken over the reply cancels it, and is not answered",
+        STOPPED_OVER_REPLY,
+    ),
+    Case(
+        "a stop said again right after a stop that cut the reply is meant for it too: not answered",
         [
-            *SPOKEN_OVER_ENDED,
-            (
-                Heard(2, "Okay, never mind.", said="sure"),
-                [CancelReply(1, CancelReason.WORDS, True), Dismiss(2, InterruptionKind.WORDS)],
-                {1: Phase.INTERRUPTED, 2: RE},
-            ),
-            (Finished(1), [], {2: RE}),
-            (Finished(2), [Seal(2)], {}),
+            *STOPPED_OVER_REPLY,
+            *stop_said_after(".", "Stop!", Dismiss(3, None), frames_before=14, turn=3),
+        ],
+    ),
+    Case(
+        "... however long after it (longer than barge_in.stop_after_reply_ms), with no reply heard since",
+        [
+            *STOPPED_OVER_REPLY,
+            *stop_said_after("." * 60, "Stop!", Dismiss(3, None), frames_before=14, turn=3),
+        ],
+    ),
+    Case(
+        "... until a reply is heard to its end: a stop said long after that one is answered",
+        [
+            *STOPPED_OVER_REPLY,
+            *stop_said_after(".", "What time is it?", Answer(3, None), frames_before=14, turn=3),
+            (Audible(3), [], {3: AU}),
+            (Frames("..."), [], {3: AU}),
+            (Finished(3), [Seal(3)], {}),
+            *stop_said_after("." * 47, "Stop.", Answer(4, None), frames_before=25, turn=4),
         ],
     ),
     Case(

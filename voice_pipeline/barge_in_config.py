@@ -39,7 +39,8 @@ class BargeInConfig:
     #: like any words; turntaking/bargein.py, asks_to_stop)
     stop_phrases: tuple[str, ...] = DEFAULT_STOP_PHRASES
     #: ... and so are words that start this soon after a reply was heard to its end (a stop
-    #: said as it ended was meant for it; 0 = only words that cut a reply)
+    #: said as it ended was meant for it; 0 = only words that cut a reply, or that follow a
+    #: stop left unanswered with no reply heard to its end since: "Stop. ... Stop!")
     stop_after_reply_ms: int = 1500
     #: resume a paused reply when the interruption had no words, only backchannels, or echo
     resume_after_false_interruption: bool = True

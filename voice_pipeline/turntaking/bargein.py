@@ -196,6 +196,28 @@ def asks_to_stop(text: str, stop_phrases: Iterable[str]) -> bool:
     return covered and 0 in used
 
 
+class StopWindow:
+    """When words that only ask to stop, though they cut no reply, were still meant for one:
+    they start within ``barge_in.stop_after_reply_ms`` of a reply heard to its end, or after a
+    stop that was not answered, with no reply heard to its end since ("Stop. ... Stop!": the
+    second is for the same reply, however long the user waited to say it)."""
+
+    def __init__(self) -> None:
+        self._since_ns, self._stopped = -(2**62), False  # nothing heard or stopped yet
+
+    def heard(self, at_ns: int) -> None:
+        """A reply was heard to its end at ``at_ns``."""
+        self._since_ns, self._stopped = at_ns, False
+
+    def stopped(self) -> None:
+        """The user's words asked only to stop, and were not answered."""
+        self._stopped = True
+
+    def covers(self, onset_ns: int | None, window_ms: int) -> bool:
+        """Was speech that began at ``onset_ns`` said in the window?"""
+        return onset_ns is not None and (self._stopped or onset_ns - self._since_ns <= window_ms * 1_000_000)
+
+
 def answers(
     text: str, kind: InterruptionKind | None, *, cut_reply: bool, stop_phrases: Iterable[str]
 ) -> bool:

@@ -23,7 +23,9 @@ from voice_pipeline.turntaking.bargein import (
     EchoProbe,
     InterruptionKind,
     SpeechOverReply,
+    StopWindow,
     answers,
+    asks_to_stop,
     classify_interruption,
 )
 from voice_pipeline.turntaking.ending import Continuation, Patience
@@ -67,8 +69,7 @@ class TurnMachine:
         self._turns: dict[int, TurnState] = {}
         self._ids = itertools.count(1)
         self.user: int | None = None  # the turn the user is speaking (LISTENING, MAYBE_FINISHED)
-        self._hold = Hold(sample_rate_hz, time_of)  # push-to-talk, manual detection
-        self._time_of, self._heard_end_ns = time_of, -(2**62)  # none heard to its end yet
+        self._hold, self._time_of, self._stops = Hold(sample_rate_hz, time_of), time_of, StopWindow()
 
     # ------------------------------------------------------------ queries
 
@@ -159,8 +160,11 @@ class TurnMachine:
             kind = classify_interruption(text, self._barge_in.backchannels, said)
             ok = kind is InterruptionKind.WORDS
             before = self._confirm(over, CancelReason.WORDS) if ok else self._false_interruption(over, kind)
-        cut = (t.spoken_over is not None or t.continued or t.after_reply) and self._options.auto_reply
+        after_reply = self._stops.covers(t.onset_ns, self._barge_in.stop_after_reply_ms)
+        cut = (t.spoken_over is not None or t.continued or after_reply) and self._options.auto_reply
         answer = answers(text, kind, cut_reply=cut, stop_phrases=self._barge_in.stop_phrases)
+        if cut and asks_to_stop(text, self._barge_in.stop_phrases):
+            self._stops.stopped()  # a stop said again is meant for the same reply
         t.no_words = not text and kind is None  # heard as nothing: open while its speaker may go on
         verdict = self._options.verdict(turn_id, kind) if answer else cmd.Dismiss(turn_id, kind)
         return cmd.Transcribed((*before, verdict), verdict)
@@ -176,7 +180,7 @@ class TurnMachine:
         if (t := self._turns.get(turn_id)) is None or t.phase not in (*REPLY_PHASES, Phase.INTERRUPTED):
             return []
         if t.phase is Phase.AUDIBLE:  # heard to its end (its task waits for the playout)
-            self._heard_end_ns = now_ns
+            self._stops.heard(now_ns)
         self._move(t, Step.FINISH)
         del self._turns[turn_id]
         return [] if t.sealed else [cmd.Seal(turn_id)]
@@ -312,9 +316,7 @@ class TurnMachine:
         cmds: list[Command] = [cmd.Seal(t.turn_id) for t in self._turns.values() if not t.sealed]
         for t in self._turns.values():
             t.sealed = True
-        t = TurnState(next(self._ids), spoken_over=spoken_over, ptt=ptt)
-        after_ms = (self._time_of(onset) - self._heard_end_ns) / 1e6  # since a reply was heard to its end
-        t.after_reply = after_ms <= self._barge_in.stop_after_reply_ms
+        t = TurnState(next(self._ids), spoken_over=spoken_over, ptt=ptt, onset_ns=self._time_of(onset))
         self._turns[t.turn_id] = t
         self.user = t.turn_id
         self.patience.new_turn()

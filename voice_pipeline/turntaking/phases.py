@@ -126,6 +126,6 @@ class TurnState:
     #: the user went on after it ended (ContinueTurn): their words cut its reply (it was dropped;
     #: a turn heard as no words had none, but a stop said then is still left unanswered)
     continued: bool = False
-    #: its speech began within ``barge_in.stop_after_reply_ms`` of a reply heard to its end: a
-    #: stop said then was meant for that reply and is left unanswered too
-    after_reply: bool = False
+    #: when its speech began (monotonic ns; None for a reply with no user speech): a stop said
+    #: soon after a reply ended may be meant for it (bargein.StopWindow)
+    onset_ns: int | None = None
