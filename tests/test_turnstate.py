@@ -372,17 +372,15 @@ SHORT_OVER_REPLY: Script = [
     (Frames("...."), [Seal(1)], {1: AU}),
     (Frames("#~"), [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1)], {1: PA, 2: L}),
     (Frames("."), [Speculate(2, 11 * F)], {1: PA, 2: MF}),
+]
+#: ... and turn 2 ends: neutral words that sound complete (no prefetch over a reply)
+ENDS_OVER_REPLY: Script = [
     (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
     (Sound(0.9), [], {1: PA, 2: MF}),
     (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
 ]
-# ... and their turn ends: neutral words that sound complete (no prefetch over a reply)
-SPOKEN_OVER_ENDED: Script = [
-    *SPOKEN_OVER,
-    (Words(Cue.NEUTRAL), [], {1: PA, 2: MF}),
-    (Sound(0.9), [], {1: PA, 2: MF}),
-    (Frames(".."), [end(2, 11, 14, Rule.COMPLETE, 96), StartReply(2)], {1: PA, 2: RE}),
-]
+SPOKEN_OVER_ENDED: Script = [*SPOKEN_OVER, *ENDS_OVER_REPLY]
+SHORT_OVER_REPLY_ENDED: Script = [*SHORT_OVER_REPLY, *ENDS_OVER_REPLY]
 # ... to say stop: the reply is cancelled, and the stop is not answered (14 frames in all)
 STOPPED_OVER_REPLY: Script = [
     *SPOKEN_OVER_ENDED,
@@ -754,7 +752,7 @@ CASES = [
         "speech too short for the VAD's count to start a turn, but long enough to pause the reply, "
         "is a turn at once: its words decide (a stop)",
         [
-            *SHORT_OVER_REPLY,
+            *SHORT_OVER_REPLY_ENDED,
             (
                 Heard(2, "Stop."),
                 [CancelReply(1, CancelReason.WORDS, True), Dismiss(2, InterruptionKind.WORDS)],
@@ -765,7 +763,7 @@ CASES = [
     Case(
         "... (no words: a cough) and the reply resumes; before, it stayed paused for good",
         [
-            *SHORT_OVER_REPLY,
+            *SHORT_OVER_REPLY_ENDED,
             (
                 Heard(2, ""),
                 [ResumeReply(1, InterruptionKind.NO_WORDS), Dismiss(2, InterruptionKind.NO_WORDS)],

@@ -245,9 +245,7 @@ class Endpointer:
         if self.in_turn:
             return []
         onset = max(self._position - frames_before * self.frame_samples, 0, self._previous_turn_end)
-        self._state, self._onset, self._turn_onset = _State.SPEECH, onset, onset
-        self._speech_end = self._position
-        return [SpeechStarted(onset, max(onset - self._pre_roll, 0, self._previous_turn_end), self._position)]
+        return [self._start(onset, self._position)]
 
     def abandon(self) -> None:
         """Leave the current turn without an action (push-to-talk took over the turn)."""
@@ -258,11 +256,13 @@ class Endpointer:
     def _grow_candidate(self, frame_end: int, actions: list[EndpointAction]) -> None:
         self._voiced += self.frame_samples
         if self._voiced >= self._min_speech:
-            start = max(self._onset - self._pre_roll, 0, self._previous_turn_end)
-            self._state = _State.SPEECH
-            self._speech_end = frame_end
-            self._turn_onset = self._onset
-            actions.append(SpeechStarted(self._onset, start, frame_end))
+            actions.append(self._start(self._onset, frame_end))
+
+    def _start(self, onset: int, decided: int) -> SpeechStarted:
+        """A turn begins at ``onset``, decided at ``decided`` (its speech so far ends there)."""
+        start = max(onset - self._pre_roll, 0, self._previous_turn_end)
+        self._state, self._onset, self._turn_onset, self._speech_end = _State.SPEECH, onset, onset, decided
+        return SpeechStarted(onset, start, decided)
 
     def _check_end(self, now: int, actions: list[EndpointAction]) -> None:
         ms, patience, rule = self.wait_ms()
