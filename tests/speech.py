@@ -1,4 +1,5 @@
-"""Real speech for tests, synthesized at test time with espeak-ng (Debian package).
+"""Real speech for tests, synthesized at test time with espeak-ng (Debian package), or with
+the Piper voice (:func:`piper_speech`).
 
 espeak-ng is deliberately a different voice from the Piper voice the assistant
 speaks with, so ASR tests do not only hear the system's own voice.
@@ -18,7 +19,7 @@ import soundfile as sf
 import soxr
 from numpy.typing import NDArray
 
-from voice_pipeline.audio import read_audio, resample
+from voice_pipeline.audio import read_audio, resample, to_float32
 from voice_pipeline.bench.paused import PausedSpeech, Recording, recorded_clip
 
 #: recorded human speech (its README says where each file comes from)
@@ -38,6 +39,17 @@ def espeak(text: str, rate_hz: int = 16000, voice: str = "en-us+f3", wpm: int = 
     if sr != rate_hz:
         mono = soxr.resample(mono, sr, rate_hz, quality="HQ")
     return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def piper_speech(tts: object, text: str, rate_hz: int = 16000) -> NDArray[np.float32]:
+    """``text`` in the Piper voice, at ``rate_hz``, the same audio on every run (noise off).
+
+    Piper's noise made each rendering differ, and a test that heard one badly failed once in
+    a while: "Sure," was heard "cheer" in 4 of 150 renderings, and a CI run failed on it."""
+    from tts.piper import PiperTTS
+
+    assert isinstance(tts, PiperTTS), tts
+    return resample(to_float32(tts.synthesize(text, vary=False)), tts.sample_rate_hz, rate_hz)
 
 
 def silence(seconds: float, rate_hz: int = 16000) -> NDArray[np.float32]:

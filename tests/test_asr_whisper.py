@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from speech import concat, espeak, normalize, silence, word_error_rate
+from speech import concat, espeak, normalize, piper_speech, silence, word_error_rate
 
 import asr.fast_path
 import asr.faster_whisper as fw
@@ -28,7 +28,6 @@ from asr.faster_whisper import (
 )
 from asr.streaming import PartialTranscript, UtteranceTranscriber
 from asr.window import choose_short_windows, repeated_phrase
-from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.config import ASRConfig
 from voice_pipeline.errors import ConfigError, EngineError, ModelError
 
@@ -652,7 +651,7 @@ def test_a_phrase_said_again_and_again_in_a_short_window_is_heard_once(
     """Clips that looped in the 5 s window on a 2-core AVX2 EPYC (the sentence, then again
     until the token budget): the sentence once, in that window, on any machine."""
     if voice == "piper":
-        speech = resample(to_float32(piper.synthesize(reference)), piper.sample_rate_hz, RATE)
+        speech = piper_speech(piper, reference)
     else:
         speech = espeak(reference, voice=voice)
     audio = concat(silence(0.15), speech, silence(0.3))
@@ -670,7 +669,7 @@ def test_a_word_or_two_decodes_in_the_largest_window_once(
 ) -> None:
     """A clip of one or two words decodes in the 10 s window even where shorter windows are
     used: in a 5 or 6 s window Piper's "Yes." came back "Yes. Yes." (2-core Zen 1 EPYC)."""
-    speech = resample(to_float32(piper.synthesize(reference)), piper.sample_rate_hz, RATE)
+    speech = piper_speech(piper, reference)
     audio = concat(silence(0.3), speech, silence(0.3))  # as the CI's first-chunk test frames it
     assert audio.size / RATE < asr.window.SHORT_WINDOWS_MIN_AUDIO_S
     assert short_windows.choose_window(audio.size / RATE) == fw.DEFAULT_WINDOW_S

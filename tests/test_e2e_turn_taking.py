@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from speech import espeak, heard_whole, normalize
+from speech import espeak, heard_whole, normalize, piper_speech
 
 from vad.end_of_turn import Rule
-from voice_pipeline.audio import resample, to_float32
 from voice_pipeline.bench.paused import (
     COMPLETE_QUESTIONS,
     FILLERS,
@@ -88,7 +87,7 @@ class Outcome:
 def synth_for(voice: str, piper: TTS):  # type: ignore[no-untyped-def]
     if voice != "piper":
         return lambda text: espeak(text, voice=voice)
-    return lambda text: resample(to_float32(piper.synthesize(text)), piper.sample_rate_hz, RATE)
+    return lambda text: piper_speech(piper, text)
 
 
 async def speak(engines: Engines, config: Config, audio: np.ndarray) -> RunResult:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import soxr
 from numpy.typing import NDArray
+from speech import word_error_rate
 
 from asr.base import ASREngine
 from tts.base import TTS
@@ -120,6 +121,18 @@ def test_pause_between_sentences_is_trimmed_too(tts: PiperTTS) -> None:
 def test_audio_is_intelligible(tts: PiperTTS, whisper: ASREngine) -> None:
     text = transcribe(whisper, tts.synthesize(SENTENCE), tts.sample_rate_hz)
     assert "paris" in text.lower(), text
+
+
+def test_steady_speech_is_the_same_every_time_and_still_intelligible(
+    tts: PiperTTS, whisper: ASREngine
+) -> None:
+    """``vary=False`` (tests' input speech): noise off, the same samples on every call."""
+    text = "Is it safe to swim in the lake?"
+    steady = tts.synthesize(text, vary=False)
+    assert np.array_equal(steady, tts.synthesize(text, vary=False))
+    assert not np.array_equal(tts.synthesize(text), tts.synthesize(text))  # the voice's own noise
+    heard = transcribe(whisper, steady, tts.sample_rate_hz)
+    assert word_error_rate(text, heard) * len(text.split()) <= 1, heard  # tiny.en: a word may slip
 
 
 def test_the_2d_graph_speaks_the_same_audio_as_the_voice_file(tts: PiperTTS, voice_path: Path) -> None:
