@@ -96,16 +96,16 @@ def test_acoustic_end_is_where_the_sound_stops_not_the_vad_frame() -> None:
 # ---------------------------------------------------------------- OpenTurns
 
 
-def _turn(turn_id: int, *, spoken_over: int | None = None, reply_text: str | None = None) -> Turn:
+def _turn(turn_id: int, *, reply_text: str | None = None) -> Turn:
     reply = None if reply_text is None else SimpleNamespace(text=reply_text)
     utterance = SimpleNamespace(prefetching=False)
-    fake: Any = SimpleNamespace(turn_id=turn_id, spoken_over=spoken_over, reply=reply, utterance=utterance)
+    fake: Any = SimpleNamespace(turn_id=turn_id, reply=reply, utterance=utterance)
     return cast(Turn, fake)
 
 
 def _machine() -> Any:
     """What OpenTurns reads of the machine, set by hand (the machine's own tests drive it)."""
-    return SimpleNamespace(user=None, capturing=None, replying=[])
+    return SimpleNamespace(user=None, capturing=None, replying=[], spoken_over=lambda turn_id: None)
 
 
 async def test_open_turns_idle_only_with_no_user_turn_and_no_reply() -> None:
@@ -135,9 +135,11 @@ async def test_open_turns_idle_only_with_no_user_turn_and_no_reply() -> None:
 
 
 def test_open_turns_said_over_is_the_text_of_the_reply_spoken_over() -> None:
-    turns = OpenTurns(_machine())
+    machine = _machine()
+    machine.spoken_over = {2: 1}.get  # the machine's record: turn 2 was spoken over turn 1's reply
+    turns = OpenTurns(machine)
     turns.add(_turn(1, reply_text="It is sunny today"))
-    turns.add(_turn(2, spoken_over=1))
+    turns.add(_turn(2))
     turns.add(_turn(3))
     assert turns.said_over(turns[2]) == "It is sunny today"
     assert turns.said_over(turns[3]) == ""

@@ -403,6 +403,20 @@ CONTINUED_ENDED: Script = [
     *answered(speech_end_frame=9, decided=12),
 ]
 
+# a realtime client asks for a reply while the user's turn is open; the user's speech goes on
+# over it (less than the 800 ms that confirm a barge-in) and pauses it. The turn was not begun
+# over a reply, but its words decide the pause all the same: nothing else would resolve it
+ASKED_MID_TURN: Script = [
+    (Frames("##"), [BeginTurn(1, 0, 0, None)], {1: L}),
+    (Respond(), [BeginReply(2), StartReply(2)], {1: L, 2: RE}),
+    (Audible(2), [], {1: L, 2: AU}),
+    (Frames("####"), [PauseReply(2, 2 * FRAME_NS)], {1: L, 2: PA}),
+    (Frames("."), [Speculate(1, 6 * F)], {1: MF, 2: PA}),
+    (Words(Cue.NEUTRAL), [], {1: MF, 2: PA}),  # no prefetch: the reply to come may not be wanted
+    (Sound(0.9), [], {1: MF, 2: PA}),
+    (Frames("..."), [end(1, 6, 9, Rule.COMPLETE, 96), StartReply(1)], {1: RE, 2: PA}),
+]
+
 
 CASES = [
     Case("a complete question ends after the short wait", [*ASK, *answered()]),
@@ -1071,6 +1085,28 @@ CASES = [
                 Heard(3, "stop please"),
                 [CancelReply(2, CancelReason.WORDS, True), Keep(3, InterruptionKind.WORDS)],
                 {2: Phase.INTERRUPTED, 3: RE},
+            ),
+        ],
+    ),
+    Case(
+        "a reply asked for while the user speaks, paused by their speech: their words cancel it",
+        [
+            *ASKED_MID_TURN,
+            (
+                Heard(1, "what time is it"),
+                [CancelReply(2, CancelReason.WORDS, True), Answer(1, InterruptionKind.WORDS)],
+                {1: RE, 2: Phase.INTERRUPTED},
+            ),
+        ],
+    ),
+    Case(
+        "... no words (a cough) resume it, and are not answered",
+        [
+            *ASKED_MID_TURN,
+            (
+                Heard(1, ""),
+                [ResumeReply(2, InterruptionKind.NO_WORDS), Dismiss(1, InterruptionKind.NO_WORDS)],
+                {1: RE, 2: AU},
             ),
         ],
     ),

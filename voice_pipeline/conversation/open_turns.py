@@ -26,6 +26,7 @@ class TurnView(Protocol):
     def capturing(self) -> int | None: ...
     @property
     def replying(self) -> list[int]: ...
+    def spoken_over(self, turn_id: int) -> int | None: ...
 
 
 class OpenTurns:
@@ -76,7 +77,7 @@ class OpenTurns:
 
     def said_over(self, turn: Turn) -> str:
         """What the reply ``turn`` was spoken over had said (by the time its words came)."""
-        over = self.get(turn.spoken_over)
+        over = self.get(self._machine.spoken_over(turn.turn_id))
         return over.reply.text if over is not None and over.reply is not None else ""
 
     def winding_down_before(self, turn_id: int) -> list[asyncio.Task[None]]:

@@ -225,12 +225,12 @@ class Session:
         turns = self._turns
         for cmd in cmds:
             match cmd:
-                case te.BeginTurn(turn_id=tid, onset_sample=onset, start_sample=start, spoken_over=over):
-                    turn = self._new_turn(tid, spoken_over=over)
+                case te.BeginTurn(turn_id=tid, onset_sample=onset, start_sample=start):
+                    turn = self._new_turn(tid)
                     turn.begin(self._input.time_of(onset), start, self._input.since(start))
                     self._warm()
                 case te.BeginReply(turn_id=tid):
-                    turn = self._new_turn(tid, spoken_over=None)
+                    turn = self._new_turn(tid)
                     turn.request = self._requests.pop(tid)
                     turn.user_text = turn.request.user_text
                 case te.DropTurn(turn_id=tid):
@@ -269,9 +269,9 @@ class Session:
         await self._ctx.sleep_until(t_ns)
         self._execute(self._machine.tick(self._clock()))
 
-    def _new_turn(self, turn_id: int, *, spoken_over: int | None) -> Turn:
+    def _new_turn(self, turn_id: int) -> Turn:
         phase = functools.partial(self._machine.phase, turn_id)  # the turn's state: the machine's
-        turn = Turn(turn_id, self.ledger.new_turn(turn_id), self._ctx, spoken_over=spoken_over, phase=phase)
+        turn = Turn(turn_id, self.ledger.new_turn(turn_id), self._ctx, phase=phase)
         self._turns.add(turn)
         return turn
 

@@ -98,14 +98,12 @@ class Turn:
         ledger: TurnLedger,
         ctx: TurnContext,
         *,
-        spoken_over: int | None,
         phase: Callable[[], Phase],
     ) -> None:
         """``phase()``: the machine's phase of this turn (its state is the machine's alone)."""
         self.turn_id = turn_id
         self._phase = phase
         self.ledger = ledger
-        self.spoken_over = spoken_over  # the reply this utterance was spoken over
         self._ctx = ctx
         settings = ctx.settings
         self.utterance = Utterance(

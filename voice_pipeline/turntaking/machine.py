@@ -116,8 +116,7 @@ class TurnMachine:
         return cmds + self.tick(now_ns)
 
     def tick(self, now_ns: int) -> list[Command]:
-        """Time passed (a frame, or a hold's ``until_ns`` with no input since): seal the turns that
-        can no longer be continued; hold their first audio back (a voice not speech yet), or let it go."""
+        """Time passed: seal turns that can no longer be continued; hold back or release their first audio."""
         cmds: list[Command] = []
         pending, min_speech_ms = self.endpointer.pending_onset, self._vad.min_speech_ms
         for t in self._turns.values():
@@ -189,8 +188,7 @@ class TurnMachine:
         """Explicit interrupt: every reply in progress stops now, without waiting for the VAD."""
         cmds: list[Command] = []
         for t in list(self._turns.values()):
-            if t.phase is Phase.AUDIBLE:
-                cmds.extend(self._pause(t, now_ns))
+            cmds.extend(self._pause(t, now_ns))  # if audible
             if t.phase in REPLY_PHASES:
                 cmds.extend(self._confirm(t, CancelReason.EXPLICIT))
         return cmds
@@ -283,6 +281,8 @@ class TurnMachine:
                 if self.user is None:  # the VAD's count had not made it a turn: it is one now
                     for step in self.endpointer.begin(frames):
                         self._endpoint(step, cmds)
+                elif (user := self._turns[self.user]).spoken_over is None:  # a reply begun in the turn
+                    user.spoken_over = audible.turn_id  # (response.create): its words decide the pause
             case ConfirmInterruption():
                 cmds.extend(self._confirm(audible, CancelReason.LONG_SPEECH))
             case EchoOverReply():
