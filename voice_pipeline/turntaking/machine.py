@@ -3,7 +3,7 @@
 Everything that decides who has the floor lives here, as h11 keeps its state machine in one file:
 the session runtime feeds it what happened (VAD frames, the evidence about a pause, transcripts,
 playback, push-to-talk, an interrupt) and carries out the commands it answers with. Each turn moves
-only through the transition table of :mod:`voice_pipeline.turntaking.phases` (:meth:`_move`); the
+only through the transition table of :mod:`voice_pipeline.turntaking.phases` (``TurnState.move``); the
 messages are :mod:`voice_pipeline.turntaking.messages`; the finer decisions, its pure parts.
 """
 
@@ -34,11 +34,9 @@ from voice_pipeline.turntaking.messages import CancelReason, Command, EvidenceFo
 from voice_pipeline.turntaking.phases import (
     HEARD_PHASES,
     REPLY_PHASES,
-    TRANSITIONS,
     Phase,
     Step,
     TurnState,
-    TurnStateError,
 )
 
 
@@ -166,11 +164,12 @@ class TurnMachine:
             self._stops.stopped()  # a stop said again is meant for the same reply
         t.no_words = not text and kind is None  # heard as nothing: open while its speaker may go on
         verdict = self._options.verdict(turn_id, kind) if answer else cmd.Dismiss(turn_id, kind)
+        before += self._supersede(t) if isinstance(verdict, cmd.Answer) else []
         return cmd.Transcribed((*before, verdict), verdict)
 
     def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
         if (t := self._turns.get(turn_id)) is not None and t.phase is Phase.REPLYING:
-            self._move(t, Step.AUDIBLE)
+            t.move(Step.AUDIBLE)
             t.audible_ns = now_ns
         return []
 
@@ -180,7 +179,7 @@ class TurnMachine:
             return []
         if t.phase is Phase.AUDIBLE:  # heard to its end (its task waits for the playout)
             self._stops.heard(now_ns)
-        self._move(t, Step.FINISH)
+        t.move(Step.FINISH)
         del self._turns[turn_id]
         return [] if t.sealed else [cmd.Seal(turn_id)]
 
@@ -203,7 +202,7 @@ class TurnMachine:
         t = self._turns[self.user]
         t.ptt = True
         if t.phase is Phase.MAYBE_FINISHED:
-            self._move(t, Step.RESUME)
+            t.move(Step.RESUME)
             cmds.append(cmd.StopSpeculating(t.turn_id))
         return cmds
 
@@ -230,7 +229,7 @@ class TurnMachine:
         if not self._hold.input_cut(position) or self.user is None:
             return []
         t = self._turns.pop(self.user)
-        self._move(t, Step.DROP)
+        t.move(Step.DROP)
         self.user = None
         self.endpointer.abandon()
         return [cmd.DropTurn(t.turn_id)]
@@ -262,12 +261,6 @@ class TurnMachine:
 
     # ------------------------------------------------------------ internals
 
-    def _move(self, t: TurnState, step: Step) -> None:
-        nxt = TRANSITIONS.get((t.phase, step))
-        if nxt is None:
-            raise TurnStateError(f"turn {t.turn_id}: no transition {step} from {t.phase}")
-        t.phase = nxt
-
     def _barge_in_frame(self, p: float, frame_start_ns: int, is_echo: EchoProbe, cmds: list[Command]) -> None:
         audible = self._latest(HEARD_PHASES)
         heard = self.tracker.hear(
@@ -281,8 +274,8 @@ class TurnMachine:
                 if self.user is None:  # the VAD's count had not made it a turn: it is one now
                     for step in self.endpointer.begin(frames):
                         self._endpoint(step, cmds)
-                elif (user := self._turns[self.user]).spoken_over is None:  # a reply begun in the turn
-                    user.spoken_over = audible.turn_id  # (response.create): its words decide the pause
+                elif self.phase((user := self._turns[self.user]).spoken_over or 0) not in HEARD_PHASES:
+                    user.spoken_over = audible.turn_id  # asked for in the turn: its words decide
             case ConfirmInterruption():
                 cmds.extend(self._confirm(audible, CancelReason.LONG_SPEECH))
             case EchoOverReply():
@@ -294,22 +287,22 @@ class TurnMachine:
             case SpeechStarted():
                 cmds.extend(self._speech_started(step))
             case PauseStarted(speech_end_sample=end) if user is not None and user.phase is Phase.LISTENING:
-                self._move(user, Step.PAUSE)
+                user.move(Step.PAUSE)
                 cmds.append(cmd.Speculate(user.turn_id, end))
             case SpeechResumed() if user is not None and user.phase is Phase.MAYBE_FINISHED:
                 self.patience.resumed(step.silence_ms)
                 self._be_patient()
-                self._move(user, Step.RESUME)
+                user.move(Step.RESUME)
                 cmds.append(cmd.StopSpeculating(user.turn_id))
             case EndOfTurn() if user is not None:
                 cmds.extend(self._end(step))
 
     def _speech_started(self, s: SpeechStarted) -> list[Command]:
-        t = self._latest(REPLY_PHASES)
+        t = self._latest(REPLY_PHASES, spoken=True)  # the user's last turn: this speech may go on with it
         if t is not None and self.continuation.continues(t, s.onset_sample):
             return self._continue(t, s.onset_sample)
-        unheard = t is not None and t.phase is Phase.REPLYING and self._barge_in.enabled and not t.no_words
-        cmds = self._cancel(t, CancelReason.UNHEARD) if t is not None and unheard else []
+        unheard = [o for o in self._turns.values() if o.phase is Phase.REPLYING and not o.no_words]
+        cmds = [c for o in unheard if self._barge_in.enabled for c in self._cancel(o, CancelReason.UNHEARD)]
         return cmds + self._begin(s.onset_sample, s.start_sample, spoken_over=self.audible)
 
     def _begin(self, onset: int, start: int, *, spoken_over: int | None, ptt: bool = False) -> list[Command]:
@@ -328,26 +321,33 @@ class TurnMachine:
         assert self.user is not None
         t = self._turns[self.user]
         self.user = None
-        self._move(t, Step.END)
+        t.move(Step.END)
         t.ended_by, t.speech_end_sample = end.rule, end.speech_end_sample
         cmds: list[Command] = [cmd.EndTurn(t.turn_id, end)]
         if not self._barge_in.enabled:  # no barge-in: the new turn supersedes what is playing
             for old in list(self._turns.values()):
                 if old is not t and old.phase in REPLY_PHASES:
                     cmds.extend(self._cancel(old, CancelReason.SUPERSEDED))
-        cmds.append(cmd.StartReply(t.turn_id))
+        cmds += [*self._supersede(t), cmd.StartReply(t.turn_id)]
         if end.rule in (Rule.MAX_TURN, Rule.COMMIT) or t.ptt:
             t.sealed = True
             cmds.append(cmd.Seal(t.turn_id))
         return cmds
 
-    def _latest(self, phases: frozenset[Phase]) -> TurnState | None:
-        return next((t for t in reversed(self._turns.values()) if t.phase in phases), None)
+    def _latest(self, phases: frozenset[Phase], *, spoken: bool = False) -> TurnState | None:
+        turns = reversed(self._turns.values())  # spoken: of the user's speech (not a reply asked for)
+        return next((t for t in turns if t.phase in phases and (t.onset_ns is not None or not spoken)), None)
+
+    def _supersede(self, t: TurnState) -> list[Command]:
+        """Replies asked for (response.create) since ``t`` began yield to it, unless its speech paused one."""
+        asked = [o for o in self._turns.values() if o.turn_id > t.turn_id and o.onset_ns is None]
+        cut = [o for o in asked if o.phase is not Phase.PAUSED and self._options.auto_reply]
+        return [c for o in cut for c in self._cancel(o, CancelReason.SUPERSEDED)]
 
     def _continue(self, t: TurnState, onset: int) -> list[Command]:
         if t.phase in HEARD_PHASES:
             self.tracker.resolved()  # its pause (if any) was this same speech
-        self._move(t, Step.CONTINUE)
+        t.move(Step.CONTINUE)
         self.patience.continued(t.ended_by, self.continuation.gap_ms(t, onset))
         self._be_patient()
         t.ended_by, t.audible_ns, t.no_words, t.continued = None, None, False, True
@@ -377,7 +377,7 @@ class TurnMachine:
     def _pause(self, t: TurnState, onset_ns: int) -> list[Command]:
         if t.phase is not Phase.AUDIBLE:
             return []
-        self._move(t, Step.BARGE)
+        t.move(Step.BARGE)
         return [cmd.PauseReply(t.turn_id, onset_ns)]
 
     def _confirm(self, t: TurnState, reason: CancelReason) -> list[Command]:
@@ -387,7 +387,7 @@ class TurnMachine:
     def _cancel(self, t: TurnState, reason: CancelReason, *, barge_in: bool = False) -> list[Command]:
         if t.phase not in REPLY_PHASES:
             return []
-        self._move(t, Step.CANCEL)
+        t.move(Step.CANCEL)
         return [cmd.CancelReply(t.turn_id, reason, barge_in)]
 
     def _false_interruption(self, t: TurnState, kind: InterruptionKind) -> list[Command]:
@@ -396,5 +396,5 @@ class TurnMachine:
             return []  # never stopped: not an interruption at all
         if not self._barge_in.resume_after_false_interruption:
             return self._cancel(t, CancelReason.stopped_by(kind))
-        self._move(t, Step.RESUME_REPLY)
+        t.move(Step.RESUME_REPLY)
         return [cmd.ResumeReply(t.turn_id, kind)]

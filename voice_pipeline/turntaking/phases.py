@@ -129,3 +129,10 @@ class TurnState:
     #: when its speech began (monotonic ns; None for a reply with no user speech): a stop said
     #: soon after a reply ended may be meant for it (bargein.StopWindow)
     onset_ns: int | None = None
+
+    def move(self, step: Step) -> None:
+        """Take ``step``: the only way a turn changes phase (:data:`TRANSITIONS`; anything else is a bug)."""
+        nxt = TRANSITIONS.get((self.phase, step))
+        if nxt is None:
+            raise TurnStateError(f"turn {self.turn_id}: no transition {step} from {self.phase}")
+        self.phase = nxt
