@@ -172,6 +172,21 @@ async def test_a_reply_that_repeats_itself_stops_before_the_repeat(h: H) -> None
     assert said[:7] == WEEK.replace(",", "").split() and len(said) < 14, rec.heard_text
 
 
+async def test_a_text_only_reply_that_repeats_itself_stops_too(h: H) -> None:
+    """Its text is shown as it streams, so the clauses that show the loop are out already (18
+    words of the 28 here); the rest of it, to the token limit, is not generated."""
+    h.fakes.llm.reply = " ".join([WEEK] * 4)
+    request = ReplyRequest((ChatMessage("user", "List the days of the week."),), ReplyOptions(speak=False))
+    turn = h.session.respond(request)
+    await h.driver.quiet_until(lambda: h.transport.record(turn) is not None)
+    (generated,) = h.transport.of(ev.ReplyGenerated)
+    assert generated.repeated and not generated.token_limit and generated.output_tokens < 3 * 7
+    assert h.fakes.llm.aborted and h.fakes.llm.unfinished_requests() == 0
+    shown = "".join(e.text for e in h.transport.of(ev.AssistantTextStreamed)).replace(",", "").split()
+    assert shown[:7] == WEEK.replace(",", "").split() and len(shown) < 3 * 7, shown
+    assert h.fakes.tts.texts == []
+
+
 async def test_the_history_keeps_a_repeating_reply_as_it_was_spoken(h: H) -> None:
     h.fakes.llm.reply = " ".join([WEEK] * 4)
     await h.driver.speak(0.5)

@@ -16,13 +16,13 @@ Fixed phrases -- the filler when the first clause is late, the tool filler, the
 apology (:mod:`~voice_pipeline.conversation.phrases`) -- play through the reply's own
 speaker, so barge-in treats them like its words; they stay out of its text.
 
-:class:`ReplyOptions` say how one reply is given: spoken (the default) or as text only
-(no TTS: the LLM's text is the reply, shown at once), and its token limit (a reply that
-reaches it stops there, at its last whole clause; ``llm.max_tokens`` caps every reply -- with
-server-side tools, each of its LLM requests). A spoken reply that starts to repeat itself
-stops before the repeat (:mod:`~voice_pipeline.conversation.repetition`). The transport is told each step:
-:class:`~voice_pipeline.events.ReplyStarted`, the text as it streams, each clause before
-its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
+:class:`ReplyOptions` say how one reply is given: spoken (the default) or as text only (no TTS: the
+LLM's text is the reply, shown at once), and its token limit (a reply that reaches it stops there,
+at its last whole clause; ``llm.max_tokens`` caps every reply -- with server-side tools, each of its
+LLM requests). A reply that repeats itself stops (:mod:`~voice_pipeline.conversation.repetition`): a
+spoken one before the repeat is said, a text-only one (shown as it streams) at the clause that shows
+it. The transport is told each step: :class:`~voice_pipeline.events.ReplyStarted`, the text as it
+streams, each clause before its audio (:class:`~voice_pipeline.events.ClauseSynthesized`), and
 :class:`~voice_pipeline.events.ReplyGenerated` once everything is generated and sent.
 """
 
@@ -272,7 +272,7 @@ class Reply:
                     self._transport.emit(ev.AssistantTextStreamed(self.turn_id, self._clock(), delta.text))
                     if not speak:
                         self.speaker.show()
-                for clause in chunker.push(delta.text) if speak else ():
+                for clause in chunker.push(delta.text):  # text only: for the repetition guard
                     await self._clause(clause, span, llm_start, out)
                 if self._early is not None and not self._clauses_cut:
                     self._early.offer(chunker)
@@ -292,8 +292,8 @@ class Reply:
         return made, text
 
     async def _clause(self, text: str, span: Span, llm_start: int, out: ClauseQueue) -> None:
-        if (clause := self.repeats.admit(text)) is None:
-            return
+        if (clause := self.repeats.admit(text)) is None or not self.options.speak:
+            return  # (text only: shown as it streamed, so only the rest of a loop is saved)
         self._clauses_cut += 1
         self._compute(span, llm_start, self._clock())  # the first one counts
         self._mark(Mark.FIRST_CLAUSE, self._clock())
