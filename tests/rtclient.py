@@ -79,6 +79,12 @@ class RealtimeClient:
         self._spoken.clear()
         await self._spoken.wait()
 
+    def fall_silent(self, after_ms: int) -> None:
+        """Stop speaking ``after_ms`` from now: the speech queued beyond it is not sent."""
+        keep = -(-after_ms // CHUNK_MS)
+        while len(self._queued) > keep:
+            self._queued.pop()
+
     async def _send_mic(self) -> None:
         loop = asyncio.get_running_loop()
         t0, n, quiet = loop.time(), 0, b"\x00\x00" * (24 * CHUNK_MS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ import soxr
 from rtclient import RealtimeClient, pcm16, realtime
 from servers import running_server
 from speech import concat, espeak, normalize, silence, word_error_rate
+from test_e2e_speculation import SlowLLM
 
 from asr.base import ASREngine
 from llm.base import ChatMessage
@@ -250,3 +252,73 @@ async def test_manual_turns_commit_and_ask_for_a_response(srv: VoiceServer) -> N
         await rt.send({"type": "response.create"})
         done = await rt.wait_type("response.done")
         assert done.response.status == "completed" and "paris" in normalize(transcript_of(done))
+
+
+#: one long sentence with no comma to pause at: the user still speaks when the reply plays
+RAMBLING = (
+    "I have been thinking about the trip we are planning to take next summer to the mountains "
+    "and the lakes in the north of the country with my whole family and our two dogs"
+)
+
+
+async def test_a_response_asked_for_while_the_user_speaks_is_cut_by_their_words(srv: VoiceServer) -> None:
+    """The client asks for a response while the user's own turn is open; it becomes audible and
+    the user's speech, going on over it for less than the 800 ms that confirm a barge-in,
+    pauses it. The words of that turn then cut it, and are answered: before, nothing resolved
+    the pause (the turn had not begun over a reply), and the response never ended."""
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        rt.microphone()
+        speaking = asyncio.ensure_future(rt.say(pcm16(concat(silence(0.3, RATE), espeak(RAMBLING, RATE)))))
+        await rt.wait_type("input_audio_buffer.speech_started")
+        await asyncio.sleep(0.5)
+        await rt.send({"type": "response.create"})
+        created = await rt.wait_type("response.created")
+        started = await rt.wait_type("output_audio_buffer.started", timeout_s=30)
+        assert started.response_id == created.response.id
+        assert not speaking.done(), "the speech ended before the response was audible"
+        rt.fall_silent(300)
+        await speaking
+        heard = await rt.wait_type("conversation.item.input_audio_transcription.completed")
+        assert "thinking" in normalize(heard.transcript).split(), heard.transcript  # what was said
+        answer = await rt.wait_for(
+            lambda e: e.type == "response.done" and e.response.id != created.response.id
+        )
+        assert answer.response.status in {"completed", "incomplete"} and transcript_of(answer)
+        records = {e.response_id: e.record for e in await _latencies(rt, 2)}
+        spoken_over, asked = records[answer.response.id], records[created.response.id]
+        assert spoken_over["interruption"] == "words" and spoken_over["user_text"] == heard.transcript
+        (cleared,) = rt.of("output_audio_buffer.cleared")
+        assert asked["interrupted"] and cleared.response_id == created.response.id
+        # paused by the speech, then cut: ~0.3 s of it over the response, not the 800 ms that cut alone
+        assert {"barge_in_onset", "flush_sent", "barge_in_confirmed"} <= set(asked["marks"]), asked["marks"]
+
+
+async def test_a_response_asked_for_while_the_user_asks_yields_to_the_answer(
+    engines: Engines, config: Config
+) -> None:
+    """The client asks for a response as the user begins a question, on a machine slow enough
+    (3 s before each reply's first token) that it is not heard when the question ends. It
+    yields: it is cancelled, and the question answered. One reply, not two at once (before,
+    both played)."""
+    slow = dataclasses.replace(engines, llm=SlowLLM(engines.llm, 3.0))
+    async with running_server(slow, config) as srv, realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        rt.microphone()
+        speaking = asyncio.ensure_future(rt.say(pcm16(concat(silence(0.3, RATE), espeak(QUESTION, RATE)))))
+        await rt.wait_type("input_audio_buffer.speech_started")
+        await rt.send({"type": "response.create"})
+        created = await rt.wait_type("response.created")
+        await speaking
+        answer = await rt.wait_for(
+            lambda e: e.type == "response.done" and e.response.id != created.response.id
+        )
+        assert answer.response.status == "completed" and "paris" in normalize(transcript_of(answer))
+        records = {e.response_id: e.record for e in await _latencies(rt, 2)}
+        assert records[created.response.id]["interrupted"] and not records[answer.response.id]["interrupted"]
+        assert not [e for e in rt.of("response.output_audio.delta") if e.response_id == created.response.id]
+
+
+async def _latencies(rt: RealtimeClient, n: int) -> list[Any]:
+    await rt.wait_for(lambda e: len(rt.of("voice_pipeline.turn.latency")) >= n)
+    return rt.of("voice_pipeline.turn.latency")

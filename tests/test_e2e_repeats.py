@@ -63,6 +63,27 @@ async def test_a_loop_is_cut_before_it_goes_round_again(
     assert word_error_rate(words, back) <= 0.35, (words, back)  # speech, and no more than that
 
 
+async def test_a_text_only_loop_is_cut_too(engines: Engines, config: Config) -> None:
+    """Text only (``output_modalities: ["text"]``): the text streams as it comes, so the clause
+    that shows the loop going round again is out; the request stops there, short of its limit
+    (it ran to it before: "The days of the week are: Monday, ..., Sunday, Monday, ..., Sunday,
+    Monday, Wednesday" was 22 words of text when the guard stopped it, native AVX-512 BF16)."""
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": QUESTION}]}
+    async with running_server(engines, config) as srv, realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        await rt.send({"type": "conversation.item.create", "item": user})
+        await rt.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+        done = await rt.wait_type("response.done")
+        record = (await rt.wait_type("voice_pipeline.turn.latency")).record
+        await asyncio.sleep(0.05)
+        assert engines.llm.unfinished_requests() == 0  # the request was stopped
+    assert done.response.status == "completed" and not rt.of("response.output_audio.delta")
+    shown = "".join(e.delta for e in rt.of("response.output_text.delta"))
+    assert shown == record["assistant_text"] and repeated_run(shown), shown  # it looped, and showed it
+    assert "monday" in shown.lower() and "sunday" in shown.lower(), shown
+    assert done.response.usage.output_tokens < config.llm.max_tokens  # ... and was stopped early
+
+
 async def test_a_spoken_request_gets_a_reply_that_does_not_repeat_itself(
     engines: Engines, config: Config, whisper: ASREngine
 ) -> None:

@@ -29,12 +29,17 @@ from test_turnstate import (
     VAD,
     Audible,
     Cancel,
+    Clear,
+    Commit,
+    Configure,
     Driver,
     Finished,
     Frames,
     Heard,
     Input,
     Interrupt,
+    PttDown,
+    PttUp,
     Respond,
     Sound,
     Words,
@@ -58,6 +63,7 @@ from voice_pipeline.turntaking.messages import (
     Speculate,
     StartReply,
     StopSpeculating,
+    TurnOptions,
 )
 from voice_pipeline.turntaking.phases import Phase
 
@@ -157,7 +163,8 @@ ACTION = st.one_of(
     st.tuples(st.just("say"), st.text(alphabet="#~.", min_size=1, max_size=40)),
     st.tuples(st.just("quiet"), st.integers(1, 60)),
     st.tuples(st.just("echo"), st.integers(1, 20)),
-    st.tuples(st.sampled_from(["respond", "interrupt", "cancel"]), st.just(0)),
+    st.tuples(st.just("ptt"), st.text(alphabet="#~.", min_size=0, max_size=30)),  # key held, then let go
+    st.tuples(st.sampled_from(["respond", "interrupt", "cancel", "commit", "clear"]), st.just(0)),
 )
 
 #: the defaults, at the VAD's real 32 ms frames; and the short settings of the script tests
@@ -165,6 +172,8 @@ CONFIGS = {
     "defaults": (VADConfig(), TurnConfig(), BargeInConfig()),
     "short": (VAD, TURN, BARGE),
     "no resume": (VAD, TURN, dataclasses.replace(BARGE, resume_after_false_interruption=False)),
+    "no barge-in": (VAD, TURN, dataclasses.replace(BARGE, enabled=False)),
+    "client answers": (VAD, TURN, BARGE),  # auto replies off: a turn's words wait for response.create
 }
 
 
@@ -186,6 +195,8 @@ def test_every_turn_is_over_once_the_user_is_silent(
 ) -> None:
     vad, turn, barge = CONFIGS[config]
     sim = Session(Driver(machine(vad, turn, barge)), random.Random(seed))
+    if config == "client answers":
+        sim.apply(Configure(TurnOptions(auto_reply=False)))
     for kind, arg in actions:
         match kind:
             case "say":
@@ -201,6 +212,15 @@ def test_every_turn_is_over_once_the_user_is_silent(
                 sim.apply(Respond())
             case "interrupt":
                 sim.apply(Interrupt())
+            case "ptt":
+                sim.apply(PttDown())
+                for ch in str(arg):
+                    sim.frame(ch)
+                sim.apply(PttUp())
+            case "commit":
+                sim.apply(Commit())
+            case "clear":
+                sim.apply(Clear())
             case "cancel" if responses := [t for t in sim.m.live if t in sim.answered]:
                 sim.apply(Cancel(sim.rnd.choice(responses)))  # a client cancels a response it was told of
     for _ in range(SETTLE_FRAMES):
