@@ -319,6 +319,38 @@ async def test_a_response_asked_for_while_the_user_asks_yields_to_the_answer(
         assert not [e for e in rt.of("response.output_audio.delta") if e.response_id == created.response.id]
 
 
+async def test_a_clear_while_speech_pauses_a_response_lets_it_go_on(srv: VoiceServer) -> None:
+    """The user's speech pauses a response, and the client clears its input while they speak:
+    their turn is dropped, so no words will ever decide the pause; the response goes on (it
+    stayed paused for good before)."""
+    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": STORY}]}
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        await rt.send({
+            "type": "session.update",
+            "session": {"type": "realtime", "instructions": "You tell long, detailed stories."},
+        })  # fmt: skip
+        rt.microphone()
+        await rt.send({"type": "conversation.item.create", "item": user})
+        await rt.send({"type": "response.create"})
+        story = await rt.wait_type("response.created")
+        await rt.wait_type("output_audio_buffer.started")
+        await asyncio.sleep(1.0)  # it plays for a while
+        speaking = asyncio.ensure_future(rt.say(pcm16(espeak("Hmm, hold on a second there.", RATE))))
+        await rt.wait_type("input_audio_buffer.speech_started")
+        await asyncio.sleep(0.3)  # the speech over the reply has paused it by now (160 ms)
+        await rt.send({"type": "input_audio_buffer.clear"})
+        rt.fall_silent(0)
+        await speaking
+        await rt.wait_type("input_audio_buffer.cleared")
+        record = (await rt.wait_type("voice_pipeline.turn.latency", timeout_s=90)).record
+        assert record["false_interruptions"] >= 1 and not record["interrupted"], record
+        assert "barge_in_onset" in record["marks"]  # it was paused
+        done = await rt.wait_for(lambda e: e.type == "response.done" and e.response.id == story.response.id)
+        assert done.response.status in {"completed", "incomplete"}
+        assert not rt.of("output_audio_buffer.cleared")  # nothing of it was dropped
+
+
 async def _latencies(rt: RealtimeClient, n: int) -> list[Any]:
     await rt.wait_for(lambda e: len(rt.of("voice_pipeline.turn.latency")) >= n)
     return rt.of("voice_pipeline.turn.latency")

@@ -1002,6 +1002,18 @@ CASES = [
         ],
     ),
     Case(
+        "a clear while the user's speech pauses a reply drops the turn and lets the reply go on",
+        [
+            *ASK,
+            *answered(),
+            (Audible(1), [], {1: AU}),
+            (Frames("...."), [Seal(1)], {1: AU}),
+            (Frames("##"), [PauseReply(1, 9 * FRAME_NS), BeginTurn(2, 9 * F, 8 * F, 1)], {1: PA, 2: L}),
+            (Clear(), [DropTurn(2), ResumeReply(1, InterruptionKind.NO_WORDS)], {1: AU}),  # none else would
+            (Frames("......"), [], {1: AU}),
+        ],
+    ),
+    Case(
         "a clear during a pause drops the turn and its speculation",
         [*ASK, (Clear(), [DropTurn(1)], {}), (Frames("...."), [], {}), (Clear(), [], {})],
     ),

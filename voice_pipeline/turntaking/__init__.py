@@ -1,7 +1,7 @@
 """Who has the floor, decided in pure code (no clock, no asyncio).
 
 :mod:`~voice_pipeline.turntaking.machine` is the one state machine of turns and
-replies; :mod:`~voice_pipeline.turntaking.phases` its phases and transition table;
+replies; :mod:`~voice_pipeline.turntaking.phases` its phases, transition table and live turns;
 :mod:`~voice_pipeline.turntaking.messages` what goes in (frames, evidence, options)
 and the commands that come out. Barge-in -- when speech over the reply pauses it,
 confirms an interruption or resumes -- is :mod:`~voice_pipeline.turntaking.bargein`;

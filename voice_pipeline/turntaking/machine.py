@@ -37,10 +37,11 @@ from voice_pipeline.turntaking.phases import (
     Phase,
     Step,
     TurnState,
+    TurnTable,
 )
 
 
-class TurnMachine:
+class TurnMachine(TurnTable):
     """One per session. Every method takes what happened and returns the commands."""
 
     def __init__(
@@ -58,44 +59,16 @@ class TurnMachine:
     ) -> None:
         """``time_of(sample)``: the monotonic time of an input sample; ``policy``: the semantic
         end-of-turn policy (None = silence alone); ``prefetch``: ``dialogue.speculative_start``."""
+        super().__init__()
         self._vad, self._barge_in, self._prefetch = vad, barge_in, prefetch
         self._frame_ms, self._options = frame_samples * 1000 / sample_rate_hz, options or TurnOptions()
         self.endpointer = Endpointer(vad, sample_rate_hz, frame_samples, policy)
         self.continuation = Continuation(turn, sample_rate_hz=sample_rate_hz, time_of=time_of)
         self._policy, self.patience = policy, Patience.of(turn)
         self.tracker = BargeInTracker(barge_in, self._frame_ms)
-        self._turns: dict[int, TurnState] = {}
         self._ids = itertools.count(1)
         self.user: int | None = None  # the turn the user is speaking (LISTENING, MAYBE_FINISHED)
         self._hold, self._time_of, self._stops = Hold(sample_rate_hz, time_of), time_of, StopWindow()
-
-    # ------------------------------------------------------------ queries
-
-    def phase(self, turn_id: int) -> Phase:
-        return self._turns[turn_id].phase if turn_id in self._turns else Phase.DONE
-
-    def spoken_over(self, turn_id: int) -> int | None:
-        return self._turns[turn_id].spoken_over if turn_id in self._turns else None
-
-    @property
-    def audible(self) -> int | None:
-        """The reply the listener is hearing (or that is paused by their speech)."""
-        return None if (t := self._latest(HEARD_PHASES)) is None else t.turn_id
-
-    @property
-    def capturing(self) -> int | None:
-        """The turn whose utterance still takes the input (not sealed; at most one is not)."""
-        return next((t.turn_id for t in self._turns.values() if not t.sealed), None)
-
-    @property
-    def replying(self) -> list[int]:
-        """Turns whose reply task runs: in progress, or INTERRUPTED until :meth:`reply_finished`."""
-        return [t.turn_id for t in self._turns.values() if t.phase in (*REPLY_PHASES, Phase.INTERRUPTED)]
-
-    @property
-    def live(self) -> list[int]:
-        """Turns not DONE, oldest first."""
-        return list(self._turns)
 
     # ------------------------------------------------------------ inputs
 
@@ -232,7 +205,11 @@ class TurnMachine:
         t.move(Step.DROP)
         self.user = None
         self.endpointer.abandon()
-        return [cmd.DropTurn(t.turn_id)]
+        cmds: list[Command] = [cmd.DropTurn(t.turn_id)]
+        over = self._turns.get(t.spoken_over or 0)  # a reply its speech paused: its words will never come
+        if over is not None and over.phase is Phase.PAUSED:
+            cmds += self._false_interruption(over, InterruptionKind.NO_WORDS)
+        return cmds
 
     def respond(self) -> list[Command]:
         """A reply with no user speech (a realtime ``response.create``): REPLYING and sealed."""
@@ -333,10 +310,6 @@ class TurnMachine:
             t.sealed = True
             cmds.append(cmd.Seal(t.turn_id))
         return cmds
-
-    def _latest(self, phases: frozenset[Phase], *, spoken: bool = False) -> TurnState | None:
-        turns = reversed(self._turns.values())  # spoken: of the user's speech (not a reply asked for)
-        return next((t for t in turns if t.phase in phases and (t.onset_ns is not None or not spoken)), None)
 
     def _supersede(self, t: TurnState) -> list[Command]:
         """Replies asked for (response.create) since ``t`` began yield to it, unless its speech paused one."""

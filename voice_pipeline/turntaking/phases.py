@@ -1,7 +1,9 @@
-"""The phases of a turn and every transition between them (pure data).
+"""The phases of a turn and every transition between them (pure data), and the table of live
+turns (:class:`TurnTable`: what the session may ask of them).
 
 :class:`~voice_pipeline.turntaking.machine.TurnMachine` moves each turn through this table
-and nothing else; a transition that is not here is a bug (:class:`TurnStateError`).
+(:meth:`TurnState.move`) and nothing else; a transition that is not here is a bug
+(:class:`TurnStateError`).
 
 Phases of one turn (:class:`Phase`) and every transition (:data:`TRANSITIONS`)::
 
@@ -136,3 +138,40 @@ class TurnState:
         if nxt is None:
             raise TurnStateError(f"turn {self.turn_id}: no transition {step} from {self.phase}")
         self.phase = nxt
+
+
+class TurnTable:
+    """The live turns, oldest first, and what can be asked of them (the machine changes them)."""
+
+    def __init__(self) -> None:
+        self._turns: dict[int, TurnState] = {}
+
+    def phase(self, turn_id: int) -> Phase:
+        return self._turns[turn_id].phase if turn_id in self._turns else Phase.DONE
+
+    def spoken_over(self, turn_id: int) -> int | None:
+        return self._turns[turn_id].spoken_over if turn_id in self._turns else None
+
+    @property
+    def audible(self) -> int | None:
+        """The reply the listener is hearing (or that is paused by their speech)."""
+        return None if (t := self._latest(HEARD_PHASES)) is None else t.turn_id
+
+    @property
+    def capturing(self) -> int | None:
+        """The turn whose utterance still takes the input (not sealed; at most one is not)."""
+        return next((t.turn_id for t in self._turns.values() if not t.sealed), None)
+
+    @property
+    def replying(self) -> list[int]:
+        """Turns whose reply task runs: in progress, or INTERRUPTED until the task ends."""
+        return [t.turn_id for t in self._turns.values() if t.phase in (*REPLY_PHASES, Phase.INTERRUPTED)]
+
+    @property
+    def live(self) -> list[int]:
+        """Turns not DONE, oldest first."""
+        return list(self._turns)
+
+    def _latest(self, phases: frozenset[Phase], *, spoken: bool = False) -> TurnState | None:
+        turns = reversed(self._turns.values())  # spoken: of the user's speech (not a reply asked for)
+        return next((t for t in turns if t.phase in phases and (t.onset_ns is not None or not spoken)), None)
