@@ -163,14 +163,19 @@ async def test_a_text_only_session_answers_speech_in_text_and_synthesizes_nothin
         assert synthesized == []
 
 
+async def storyteller(rt: RealtimeClient) -> None:
+    """A new session told to tell long stories, its microphone open."""
+    await rt.wait_type("session.created")
+    await rt.send({
+        "type": "session.update",
+        "session": {"type": "realtime", "instructions": "You tell long, detailed stories."},
+    })  # fmt: skip
+    rt.microphone()
+
+
 async def test_speech_over_a_reply_cancels_it_and_the_unheard_part_is_forgotten(srv: VoiceServer) -> None:
     async with realtime(srv) as rt:
-        await rt.wait_type("session.created")
-        await rt.send({
-            "type": "session.update",
-            "session": {"type": "realtime", "instructions": "You tell long, detailed stories."},
-        })  # fmt: skip
-        rt.microphone()
+        await storyteller(rt)
         await rt.say(pcm16(concat(silence(0.3, RATE), espeak(STORY, RATE))))
         story = await rt.wait_type("response.created")
         await rt.wait_type("output_audio_buffer.started")
@@ -325,12 +330,7 @@ async def test_a_clear_while_speech_pauses_a_response_lets_it_go_on(srv: VoiceSe
     stayed paused for good before)."""
     user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": STORY}]}
     async with realtime(srv) as rt:
-        await rt.wait_type("session.created")
-        await rt.send({
-            "type": "session.update",
-            "session": {"type": "realtime", "instructions": "You tell long, detailed stories."},
-        })  # fmt: skip
-        rt.microphone()
+        await storyteller(rt)
         await rt.send({"type": "conversation.item.create", "item": user})
         await rt.send({"type": "response.create"})
         story = await rt.wait_type("response.created")
