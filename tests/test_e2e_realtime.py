@@ -351,6 +351,82 @@ async def test_a_clear_while_speech_pauses_a_response_lets_it_go_on(srv: VoiceSe
         assert not rt.of("output_audio_buffer.cleared")  # nothing of it was dropped
 
 
+def asked(text: str) -> dict[str, Any]:
+    """A typed user message."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def index_of(rt: RealtimeClient, kind: str, response_id: str) -> int:
+    """Where the first ``kind`` event of ``response_id`` came (in the order of all events)."""
+    of = (
+        (lambda e: e.response.id)
+        if kind in ("response.created", "response.done")
+        else (lambda e: e.response_id)
+    )
+    return next(i for i, e in enumerate(rt.events) if e.type == kind and of(e) == response_id)
+
+
+async def test_a_response_asked_for_while_another_plays_waits_for_it(
+    srv: VoiceServer, whisper: ASREngine
+) -> None:
+    """The client asks for a second response as soon as the first is generated, while its audio
+    still plays. The second is heard after the first, not over it: its audio starts once the
+    first's has stopped (before, the server took it as audible at once, so speech over the
+    two would have paused the one not yet heard)."""
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        await rt.send({"type": "conversation.item.create", "item": asked(QUESTION)})
+        await rt.send({"type": "response.create"})
+        first = await rt.wait_type("response.done")
+        await rt.send(
+            {"type": "conversation.item.create", "item": asked("And what is the capital of Italy?")}
+        )
+        await rt.send({"type": "response.create"})
+        second = await rt.wait_for(lambda e: e.type == "response.done" and e.response.id != first.response.id)
+        one, two = first.response.id, second.response.id
+        await rt.wait_for(lambda e: e.type == "output_audio_buffer.stopped" and e.response_id == two)
+        created = index_of(rt, "response.created", two)
+        assert index_of(rt, "output_audio_buffer.stopped", one) > created  # asked for while the first played
+        stopped = index_of(rt, "output_audio_buffer.stopped", one)
+        assert index_of(rt, "response.output_audio.delta", two) > stopped
+        assert index_of(rt, "output_audio_buffer.started", two) > stopped
+        assert "paris" in normalize(transcript_of(first)) and "rome" in normalize(transcript_of(second))
+        words = transcript_of(second)
+        back = whisper.transcribe(said(rt, two)).text  # its audio, whole and intelligible
+        assert word_error_rate(words, back) <= 0.35, (words, back)
+        records = {e.response_id: e.record for e in await _latencies(rt, 2)}
+        assert not records[one]["interrupted"] and not records[two]["interrupted"]
+
+
+async def test_speech_over_a_response_with_another_waiting_stops_both(srv: VoiceServer) -> None:
+    """A second response is asked for while a story plays; the user speaks over the story. The
+    story, the one they hear, is what their speech pauses and their words cut; the one waiting
+    is cancelled unheard: nothing of it is ever sent (before, the speech paused the waiting one
+    and the story talked on over the user)."""
+    async with realtime(srv) as rt:
+        await storyteller(rt)
+        await rt.send({"type": "conversation.item.create", "item": asked(STORY)})
+        await rt.send({"type": "response.create", "response": {"max_output_tokens": 80}})
+        story = (await rt.wait_type("response.done")).response.id
+        await rt.send({"type": "conversation.item.create", "item": asked(QUESTION)})
+        await rt.send({"type": "response.create"})
+        # generated, its audio ready: it would play now if it did not wait for the story
+        waiting = (
+            await rt.wait_for(lambda e: e.type == "response.done" and e.response.id != story)
+        ).response.id
+        since = len(rt.events)
+        await rt.say(pcm16(espeak(STOP, RATE)))
+        await rt.wait_type("input_audio_buffer.speech_started", since=since)
+        assert not [e for e in rt.of("output_audio_buffer.stopped") if e.response_id == story]  # it played
+        cleared = await rt.wait_type("output_audio_buffer.cleared", since=since)
+        assert cleared.response_id == story
+        records = {e.response_id: e.record for e in await _latencies(rt, 3)}
+        assert records[story]["interrupted"] and records[waiting]["interrupted"]
+        assert {"barge_in_onset", "flush_sent"} <= set(records[story]["marks"])
+        assert not [e for e in rt.of("response.output_audio.delta") if e.response_id == waiting]
+        assert not [e for e in rt.of("output_audio_buffer.started") if e.response_id == waiting]
+
+
 async def _latencies(rt: RealtimeClient, n: int) -> list[Any]:
     await rt.wait_for(lambda e: len(rt.of("voice_pipeline.turn.latency")) >= n)
     return rt.of("voice_pipeline.turn.latency")

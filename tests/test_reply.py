@@ -90,6 +90,28 @@ async def test_a_held_reply_sends_nothing_and_is_not_started_until_let_go() -> N
     assert np.array_equal(heard(transport), ramp(0, 600)) and started == [1]
 
 
+async def test_a_held_text_only_reply_starts_when_let_go() -> None:
+    """A text-only reply waiting for another to be heard: its text is out, but it is not the
+    one the listener attends to until it is let go (the machine then takes it as heard)."""
+    clock = FakeClock()
+    transport = RecordingTransport(clock, output_rate_hz=RATE)
+    listener, started = Listener(), []
+    speaker = ReplySpeaker(
+        TURN,
+        transport,
+        listener.on_sent,
+        listener.on_cleared,
+        on_started=lambda: started.append(1),
+        held=True,
+    )
+    speaker.show()
+    assert not speaker.started and started == []
+    await speaker.resume()
+    assert speaker.started and started == [1]
+    speaker.show()
+    assert started == [1]  # once
+
+
 async def test_pause_flushes_and_returns_what_was_played() -> None:
     clock, transport, listener, speaker = setup()
     await speaker.add(ramp(0, 1000))

@@ -3,11 +3,13 @@
 Twice a reply was found paused for good (a short stop the VAD never made a turn of; a
 response asked for while the user spoke): nothing but a transcript resolves a pause, and
 in both cases no transcript was to come. This drives the machine (no event loop, no audio)
-with random conversations -- speech, hesitations, echo, replies asked for, interrupts and
-cancels, at random moments -- and a simulated session that answers its commands as the real
-one does, after random delays: a turn that ended is transcribed, a reply is heard and plays
-to its end (its playback stands still while it is paused), a cancelled or dismissed reply's
-task ends. Then the user is silent. Whatever came before, every turn must be over by then.
+with random conversations -- speech, hesitations, echo, push-to-talk, commits and clears,
+replies asked for, interrupts and cancels, at random moments -- and a simulated session that
+answers its commands as the real one does, after random delays: a turn that ended is
+transcribed, a reply is heard (not while its first audio is held) and plays to its end (its
+playback stands still while it is paused), a cancelled or dismissed reply's task ends. Then
+the user is silent. Whatever came before, every turn must be over by then; and at no moment
+are two replies heard at once (a response asked for while another still plays waits for it).
 
 Frames as in tests/test_turnstate.py: ``#`` voiced, ``~`` between the VAD's thresholds,
 ``.`` silence, 32 ms each.
@@ -58,6 +60,7 @@ from voice_pipeline.turntaking.messages import (
     Dismiss,
     DropTurn,
     EndTurn,
+    HoldReply,
     Keep,
     Prefetch,
     Speculate,
@@ -65,7 +68,7 @@ from voice_pipeline.turntaking.messages import (
     StopSpeculating,
     TurnOptions,
 )
-from voice_pipeline.turntaking.phases import Phase
+from voice_pipeline.turntaking.phases import HEARD_PHASES, Phase
 
 #: what a turn may be heard to say: nothing, a backchannel, a stop, a question
 TEXTS = ("", "uh-huh", "stop", "okay", "what time is it", "tell me about the weather tomorrow")
@@ -83,6 +86,7 @@ class Session:
     answered: set[int] = field(default_factory=set)  # its words are to be answered: it will play
     prefetched: set[int] = field(default_factory=set)  # its reply was begun in a pause
     waiting: set[int] = field(default_factory=set)  # its reply task waits for its words
+    held: set[int] = field(default_factory=set)  # its first audio is held back: nothing is sent
     order: int = 0
 
     @property
@@ -125,6 +129,10 @@ class Session:
                     self.forget(t)
                     self.waiting.discard(t)  # the task is cancelled: it waits for nothing
                     self.later(self.rnd.randint(0, 3), t, Finished(t))
+                case HoldReply(turn_id=t, held=True):
+                    self.held.add(t)
+                case HoldReply(turn_id=t, held=False):
+                    self.held.discard(t)
                 case ContinueTurn(turn_id=t) | DropTurn(turn_id=t):
                     self.forget(t)  # its transcription and its reply are dropped
                     self.waiting.discard(t)
@@ -144,9 +152,18 @@ class Session:
         if isinstance(step, Audible) and self.m.phase(step.turn) is Phase.AUDIBLE:
             self.later(self.rnd.randint(1, 40), step.turn, Finished(step.turn))  # played to its end
 
+    def may_respond(self) -> bool:
+        """The realtime bridge takes one ``response.create`` at a time: until the last response
+        was generated (``response.done``), which may be before its audio was heard to its end."""
+        return all(
+            self.m.phase(t) in HEARD_PHASES or t in self.held
+            for t in self.m.replying
+            if self.m.phase(t) is not Phase.INTERRUPTED
+        )
+
     def frame(self, ch: str, echo: bool = False) -> None:
-        playing = [t for t in self.m.live if self.m.phase(t) is Phase.AUDIBLE]
-        assert len(playing) <= 1, f"two replies play at once: {playing}"
+        heard = [t for t in self.m.live if self.m.phase(t) in HEARD_PHASES]
+        assert len(heard) <= 1, f"two replies are heard at once: {heard}"
         self.carry_out(self.d.apply(Frames(ch, echo)))
         now = self.d.frames
         ready = sorted(x for x in self.due if x[0] <= now)
@@ -154,6 +171,9 @@ class Session:
         for _, _, turn, step in ready:
             if isinstance(step, Finished) and (self.m.phase(turn) is Phase.PAUSED or turn in self.waiting):
                 self.later(1, turn, step)  # playback stands still while paused; the task waits for words
+                continue
+            if isinstance(step, Audible) and turn in self.held:
+                self.later(1, turn, step)  # nothing is sent while it is held
                 continue
             self.apply(step)
 
@@ -208,7 +228,7 @@ def test_every_turn_is_over_once_the_user_is_silent(
             case "echo":  # the assistant's own voice, heard back (the echo probe says so)
                 for _ in range(int(str(arg))):
                     sim.frame("#", echo=True)
-            case "respond" if not sim.m.replying:  # one response at a time (the realtime bridge's rule)
+            case "respond" if sim.may_respond():
                 sim.apply(Respond())
             case "interrupt":
                 sim.apply(Interrupt())

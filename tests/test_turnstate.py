@@ -1183,7 +1183,67 @@ CASES = [
             *ASK,
             *answered(),
             (Respond(), [BeginReply(2), StartReply(2)], {1: RE, 2: RE}),
-            (Frames("##"), [held_from(5), ContinueTurn(1, 5 * F), HoldReply(1, False)], {1: L, 2: RE}),
+            (
+                Frames("##"),  # the voice holds the turn's reply back, and the one asked for behind it
+                [
+                    held_from(5),
+                    HoldReply(2, True),
+                    ContinueTurn(1, 5 * F),
+                    HoldReply(1, False),
+                    HoldReply(2, False),
+                ],
+                {1: L, 2: RE},
+            ),
+        ],
+    ),
+    Case(
+        "a reply asked for while another plays waits for it to end (one reply has the floor)",
+        [
+            (Respond(), [BeginReply(1), StartReply(1)], {1: RE}),
+            (Audible(1), [], {1: AU}),
+            (Respond(), [BeginReply(2), HoldReply(2, True), StartReply(2)], {1: AU, 2: RE}),
+            (Respond(), [BeginReply(3), HoldReply(3, True), StartReply(3)], {1: AU, 2: RE, 3: RE}),
+            (Frames("...."), [], {1: AU, 2: RE, 3: RE}),  # time passes: still held
+            (Finished(1), [HoldReply(2, False)], {2: RE, 3: RE}),  # the next one, and only it
+            (Audible(2), [], {2: AU, 3: RE}),
+            (Finished(2), [HoldReply(3, False)], {3: RE}),
+            (Audible(3), [], {3: AU}),
+        ],
+    ),
+    Case(
+        "speech over a reply with another waiting: the one heard is paused, the waiting one cancelled",
+        [
+            (Respond(), [BeginReply(1), StartReply(1)], {1: RE}),
+            (Audible(1), [], {1: AU}),
+            (Respond(), [BeginReply(2), HoldReply(2, True), StartReply(2)], {1: AU, 2: RE}),
+            (
+                Frames("##"),
+                [
+                    PauseReply(1, 0),
+                    CancelReply(2, CancelReason.UNHEARD),
+                    BeginTurn(3, 0, 0, 1),
+                    HoldReply(2, False),
+                ],
+                {1: PA, 2: Phase.INTERRUPTED, 3: L},  # (a cancelled reply's hold ends: nothing to send)
+            ),
+        ],
+    ),
+    Case(
+        "a reply asked for behind a paused one goes once the pause resolves",
+        [
+            (Configure(TurnOptions(auto_reply=False)), [], {}),
+            (Respond(), [BeginReply(1), StartReply(1)], {1: RE}),
+            (Audible(1), [], {1: AU}),
+            (Frames("##"), [PauseReply(1, 0), BeginTurn(2, 0, 0, 1)], {1: PA, 2: L}),
+            (Respond(), [BeginReply(3), HoldReply(3, True), StartReply(3)], {1: PA, 2: L, 3: RE}),
+            (Frames("."), [Speculate(2, 2 * F)], {1: PA, 2: MF, 3: RE}),
+            (Frames("." * 9), [end(2, 2, 12, Rule.NO_VERDICT, 320), StartReply(2)], {1: PA, 2: RE, 3: RE}),
+            (
+                Heard(2, "wait a moment"),
+                [CancelReply(1, CancelReason.WORDS, True), Keep(2, InterruptionKind.WORDS)],
+                {1: Phase.INTERRUPTED, 2: RE, 3: RE},
+            ),
+            (Finished(1), [HoldReply(3, False)], {2: RE, 3: RE}),
         ],
     ),
     Case(

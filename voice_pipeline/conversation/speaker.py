@@ -45,6 +45,7 @@ class ReplySpeaker:
         self._running = asyncio.Event()  # set while not paused
         self._running.set()
         self._started = False
+        self._shown = False  # a text-only reply's text went out while it was held
         if held:
             self.hold()
 
@@ -60,8 +61,12 @@ class ReplySpeaker:
         return self._started
 
     def show(self) -> None:
-        """A text-only reply's first text is out: it counts as started (nothing to play)."""
-        self._start()
+        """A text-only reply's first text is out: it counts as started (nothing to play) --
+        once it is let go, if it is held (the text is out, but another reply has the floor)."""
+        if self.holding:
+            self._shown = True
+        else:
+            self._start()
 
     def _start(self) -> None:
         if not self._started:
@@ -71,8 +76,8 @@ class ReplySpeaker:
 
     def hold(self) -> None:
         """Send nothing yet -- only before anything was sent: a voice began that may be the user
-        going on (once audio is out, speech over it is a barge-in's business). :meth:`resume`
-        lets it go."""
+        going on (once audio is out, speech over it is a barge-in's business), or an earlier
+        reply is still to be heard. :meth:`resume` lets it go."""
         if not self._started:
             self._running.clear()
 
@@ -110,6 +115,8 @@ class ReplySpeaker:
 
     async def resume(self) -> None:
         self._running.set()
+        if self._shown:
+            self._start()
         await self._send_pending()
 
     async def drain(self) -> None:

@@ -87,16 +87,18 @@ class TurnMachine(TurnTable):
         return cmds + self.tick(now_ns)
 
     def tick(self, now_ns: int) -> list[Command]:
-        """Time passed: seal turns that can no longer be continued; hold back or release their first audio."""
+        """Time passed: seal turns that can no longer be continued; hold back or release their
+        first audio (a voice that may continue the turn, or an earlier reply still to be heard)."""
         cmds: list[Command] = []
         pending, min_speech_ms = self.endpointer.pending_onset, self._vad.min_speech_ms
-        for t in self._turns.values():
+        for t in self._turns.values():  # oldest first: a reply let go here holds back the next
             if self.continuation.expired(t, now_ns, pending):
                 t.sealed = True
                 cmds.append(cmd.Seal(t.turn_id))
-            if t.held is not (held := self.continuation.holds(t, now_ns, pending, min_speech_ms)):
+            voice = self.continuation.holds(t, now_ns, pending, min_speech_ms)
+            if t.held is not (held := voice or self._queued(t)):
                 t.held = held
-                until = self.continuation.hold_until(pending, min_speech_ms) if held else None
+                until = self.continuation.hold_until(pending, min_speech_ms) if voice else None
                 cmds.append(cmd.HoldReply(t.turn_id, held, until))
         return cmds
 
@@ -154,7 +156,7 @@ class TurnMachine(TurnTable):
             self._stops.heard(now_ns)
         t.move(Step.FINISH)
         del self._turns[turn_id]
-        return [] if t.sealed else [cmd.Seal(turn_id)]
+        return ([] if t.sealed else [cmd.Seal(turn_id)]) + self.tick(now_ns)  # the next reply's turn
 
     def interrupt(self, now_ns: int) -> list[Command]:
         """Explicit interrupt: every reply in progress stops now, without waiting for the VAD."""
@@ -215,7 +217,9 @@ class TurnMachine(TurnTable):
         """A reply with no user speech (a realtime ``response.create``): REPLYING and sealed."""
         t = TurnState(next(self._ids), phase=Phase.REPLYING, sealed=True)
         self._turns[t.turn_id] = t
-        return [cmd.BeginReply(t.turn_id), cmd.StartReply(t.turn_id)]
+        t.held = self._queued(t)  # another reply has the floor: this one speaks after it
+        hold = [cmd.HoldReply(t.turn_id, True)] if t.held else []
+        return [cmd.BeginReply(t.turn_id), *hold, cmd.StartReply(t.turn_id)]
 
     def cancel(self, turn_id: int) -> list[Command]:
         """The client cancelled this turn's reply (a realtime ``response.cancel``)."""
@@ -326,6 +330,21 @@ class TurnMachine(TurnTable):
         t.ended_by, t.audible_ns, t.no_words, t.continued = None, None, False, True
         self.user = t.turn_id
         return [cmd.ContinueTurn(t.turn_id, onset)]
+
+    def _queued(self, t: TurnState) -> bool:
+        """``t``, a reply asked for (not heard yet), waits for an earlier one: heard now (playing or
+        paused), or to be heard first (asked for too, or held itself). One reply has the floor at a
+        time. (A reply to the user's words is not held: their speech paused the reply it was said
+        over, and the words cut that reply before they are answered.)"""
+        return (
+            t.phase is Phase.REPLYING
+            and t.onset_ns is None
+            and any(
+                e.phase in HEARD_PHASES or (e.phase is Phase.REPLYING and (e.held or e.onset_ns is None))
+                for e in self._turns.values()
+                if e.turn_id < t.turn_id
+            )
+        )
 
     def _be_patient(self) -> None:  # the waits this speaker needs now
         self.endpointer.reconfigure(self._vad, self.patience.policy(self._policy))

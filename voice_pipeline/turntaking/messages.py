@@ -171,9 +171,10 @@ class PauseReply:
 @dataclass(frozen=True, slots=True)
 class HoldReply:
     """Hold the reply's first audio back (``held``: a voice began that may be the user going
-    on), or let it go (it was not, or it was and the reply is dropped). ``until_ns``: when a
-    hold ends at the latest; the runtime then calls :meth:`TurnMachine.tick`, as input may
-    have stopped (no frame would end it)."""
+    on, or an earlier reply is still to be heard), or let it go (it was not, or it was and the
+    reply is dropped; the earlier reply ended). ``until_ns``: when a voice's hold ends at the
+    latest; the runtime then calls :meth:`TurnMachine.tick`, as input may have stopped (no
+    frame would end it). An earlier reply's end lets the next go (:meth:`TurnMachine.reply_finished`)."""
 
     turn_id: int
     held: bool

@@ -121,7 +121,8 @@ class TurnState:
     speech_end_sample: int | None = None
     ptt: bool = False
     sealed: bool = False
-    #: a voice that may continue the turn holds its reply's first audio (Continuation.holds)
+    #: its reply's first audio is held back: a voice may continue the turn (Continuation.holds),
+    #: or an earlier reply is still to be heard (TurnMachine._queued)
     held: bool = False
     #: its final words were none (Whisper heard silence): open while its speaker may go on
     no_words: bool = False
