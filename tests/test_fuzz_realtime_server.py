@@ -9,7 +9,9 @@ frames: every frame the parser refuses is answered by an ``error`` with the pars
 code and the frame's ``event_id``, in order (frames it accepts may be refused for what
 they ask, e.g. a commit with nothing to commit: more errors in between are allowed);
 the marker's error says everything before it was read; the connection is still open;
-and nothing was logged at ERROR (no handler raised, no task failed).
+no two responses were said to play at once (``output_audio_buffer.started`` of one
+before the other's ``stopped`` or ``cleared``); and nothing was logged at ERROR (no
+handler raised, no task failed).
 """
 
 from __future__ import annotations
@@ -131,8 +133,14 @@ async def exchange(url: str, sent: list[str | bytes]) -> None:
             await ws.send(frame)
         await ws.send(MARKER)
         errors: list[tuple[str, str | None]] = []
+        playing: set[str] = set()  # responses whose audio the server says plays now
         while True:
             msg = json.loads(await ws.recv())
+            if msg["type"] == "output_audio_buffer.started":
+                assert not playing, (playing, msg)  # one response is heard at a time
+                playing.add(msg["response_id"])
+            elif msg["type"] in ("output_audio_buffer.stopped", "output_audio_buffer.cleared"):
+                playing.discard(msg["response_id"])
             if msg["type"] != "error":
                 continue
             error = msg["error"]

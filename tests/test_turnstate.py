@@ -1211,6 +1211,17 @@ CASES = [
         ],
     ),
     Case(
+        "a reply asked for once the user's words are answered waits for the answer",
+        [
+            *ASK,
+            *answered(),
+            (Heard(1, "what time is it"), [Answer(1, None)], {1: RE}),
+            (Respond(), [BeginReply(2), HoldReply(2, True), StartReply(2)], {1: RE, 2: RE}),
+            (Audible(1), [], {1: AU, 2: RE}),
+            (Finished(1), [Seal(1), HoldReply(2, False)], {2: RE}),
+        ],
+    ),
+    Case(
         "speech over a reply with another waiting: the one heard is paused, the waiting one cancelled",
         [
             (Respond(), [BeginReply(1), StartReply(1)], {1: RE}),
@@ -1244,6 +1255,32 @@ CASES = [
                 {1: Phase.INTERRUPTED, 2: RE, 3: RE},
             ),
             (Finished(1), [HoldReply(3, False)], {2: RE, 3: RE}),
+        ],
+    ),
+    Case(
+        "speech that goes on with the user's turn pauses a response asked for: the turn's words decide",
+        [
+            (Configure(TurnOptions(auto_reply=False)), [], {}),
+            *ASK,
+            (Respond(), [BeginReply(2), StartReply(2)], {1: MF, 2: RE}),
+            (Words(Cue.NEUTRAL), [], {1: MF, 2: RE}),
+            (Sound(0.9), [], {1: MF, 2: RE}),
+            (Frames(".."), [end(1, 2, 5, Rule.COMPLETE, 96), StartReply(1)], {1: RE, 2: RE}),
+            (Heard(1, "tell me a story"), [Keep(1, None)], {1: RE, 2: RE}),
+            (Audible(2), [], {1: RE, 2: AU}),
+            (Frames("#"), [held_from(5)], {1: RE, 2: AU}),
+            (
+                Frames("#"),  # the same speech pauses the response and continues turn 1
+                [PauseReply(2, 5 * FRAME_NS), ContinueTurn(1, 5 * F), HoldReply(1, False)],
+                {1: L, 2: PA},
+            ),
+            (Frames("."), [Speculate(1, 7 * F)], {1: MF, 2: PA}),
+            (Frames("." * 9), [end(1, 7, 17, Rule.NO_VERDICT, 320), StartReply(1)], {1: RE, 2: PA}),
+            (  # before, the continued turn was not taken as said over the response: it stayed paused
+                Heard(1, "tell me a story about a cat"),
+                [CancelReply(2, CancelReason.WORDS, True), Keep(1, InterruptionKind.WORDS)],
+                {1: RE, 2: Phase.INTERRUPTED},
+            ),
         ],
     ),
     Case(

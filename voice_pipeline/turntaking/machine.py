@@ -139,7 +139,8 @@ class TurnMachine(TurnTable):
             self._stops.stopped()  # a stop said again is meant for the same reply
         t.no_words = not text and kind is None  # heard as nothing: open while its speaker may go on
         verdict = self._options.verdict(turn_id, kind) if answer else cmd.Dismiss(turn_id, kind)
-        before += self._supersede(t) if isinstance(verdict, cmd.Answer) else []
+        t.answered = isinstance(verdict, cmd.Answer)
+        before += self._supersede(t) if t.answered else []
         return cmd.Transcribed((*before, verdict), verdict)
 
     def reply_audible(self, turn_id: int, now_ns: int) -> list[Command]:
@@ -252,11 +253,14 @@ class TurnMachine(TurnTable):
         match heard:
             case SpeechOverReply(onset_ns=onset, frames_before=frames):
                 cmds.extend(self._pause(audible, onset))
-                if self.user is None:  # the VAD's count had not made it a turn: it is one now
-                    for step in self.endpointer.begin(frames):
+                if self.user is None:  # the VAD's count had not made it a turn: it is one now (or
+                    for step in self.endpointer.begin(frames):  # it goes on with the user's last)
                         self._endpoint(step, cmds)
-                elif self.phase((user := self._turns[self.user]).spoken_over or 0) not in HEARD_PHASES:
-                    user.spoken_over = audible.turn_id  # asked for in the turn: its words decide
+                # the user's turn was open (a reply asked for in it) or goes on: its words decide the pause
+                user = self._turns.get(self.user or 0)
+                over = user is not None and self.phase(user.spoken_over or 0) in HEARD_PHASES
+                if user is not None and not over and audible.phase is Phase.PAUSED:
+                    user.spoken_over = audible.turn_id
             case ConfirmInterruption():
                 cmds.extend(self._confirm(audible, CancelReason.LONG_SPEECH))
             case EchoOverReply():
@@ -327,20 +331,21 @@ class TurnMachine(TurnTable):
         t.move(Step.CONTINUE)
         self.patience.continued(t.ended_by, self.continuation.gap_ms(t, onset))
         self._be_patient()
-        t.ended_by, t.audible_ns, t.no_words, t.continued = None, None, False, True
+        t.ended_by, t.audible_ns, t.no_words, t.continued, t.answered = None, None, False, True, False
         self.user = t.turn_id
         return [cmd.ContinueTurn(t.turn_id, onset)]
 
     def _queued(self, t: TurnState) -> bool:
         """``t``, a reply asked for (not heard yet), waits for an earlier one: heard now (playing or
-        paused), or to be heard first (asked for too, or held itself). One reply has the floor at a
-        time. (A reply to the user's words is not held: their speech paused the reply it was said
-        over, and the words cut that reply before they are answered.)"""
+        paused), or to be heard first (asked for too, answering the user's words, or held itself).
+        One reply has the floor at a time. (A reply to the user's words is not held: their speech
+        paused the reply it was said over, and the words cut that reply before they are answered.)"""
         return (
             t.phase is Phase.REPLYING
             and t.onset_ns is None
             and any(
-                e.phase in HEARD_PHASES or (e.phase is Phase.REPLYING and (e.held or e.onset_ns is None))
+                e.phase in HEARD_PHASES
+                or (e.phase is Phase.REPLYING and (e.held or e.answered or e.onset_ns is None))
                 for e in self._turns.values()
                 if e.turn_id < t.turn_id
             )

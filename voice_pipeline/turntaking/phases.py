@@ -124,6 +124,8 @@ class TurnState:
     #: its reply's first audio is held back: a voice may continue the turn (Continuation.holds),
     #: or an earlier reply is still to be heard (TurnMachine._queued)
     held: bool = False
+    #: its words are being answered (an Answer verdict): its reply is to be heard
+    answered: bool = False
     #: its final words were none (Whisper heard silence): open while its speaker may go on
     no_words: bool = False
     #: the user went on after it ended (ContinueTurn): their words cut its reply (it was dropped;
