@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_turnstate import (
     BARGE,
+    MANUAL,
     TURN,
     VAD,
     Audible,
@@ -188,12 +189,14 @@ ACTION = st.one_of(
 )
 
 #: the defaults, at the VAD's real 32 ms frames; and the short settings of the script tests
+#: (manual turns: the turn in progress is committed or cleared before the silence)
 CONFIGS = {
     "defaults": (VADConfig(), TurnConfig(), BargeInConfig()),
     "short": (VAD, TURN, BARGE),
     "no resume": (VAD, TURN, dataclasses.replace(BARGE, resume_after_false_interruption=False)),
     "no barge-in": (VAD, TURN, dataclasses.replace(BARGE, enabled=False)),
     "client answers": (VAD, TURN, BARGE),  # auto replies off: a turn's words wait for response.create
+    "manual": (VAD, TURN, BARGE),  # turn_detection null: the client commits each turn, and asks
 }
 
 
@@ -217,6 +220,8 @@ def test_every_turn_is_over_once_the_user_is_silent(
     sim = Session(Driver(machine(vad, turn, barge)), random.Random(seed))
     if config == "client answers":
         sim.apply(Configure(TurnOptions(auto_reply=False)))
+    if config == "manual":
+        sim.apply(Configure(MANUAL))
     for kind, arg in actions:
         match kind:
             case "say":
@@ -243,7 +248,13 @@ def test_every_turn_is_over_once_the_user_is_silent(
                 sim.apply(Clear())
             case "cancel" if responses := [t for t in sim.m.live if t in sim.answered]:
                 sim.apply(Cancel(sim.rnd.choice(responses)))  # a client cancels a response it was told of
+    if config == "manual":  # a turn is open until the client commits (or clears) it
+        sim.apply(sim.rnd.choice([Commit(), Clear()]))
     for _ in range(SETTLE_FRAMES):
         sim.frame(".")
     left = {t: sim.m.phase(t) for t in sim.m.live}
-    assert not left and sim.m.user is None, (left, sim.due)
+    if config == "manual":  # the input goes on into the next turn, open until the next commit
+        assert sim.m.user is not None and left.pop(sim.m.user) is Phase.LISTENING
+        assert not left, (left, sim.due)
+    else:
+        assert not left and sim.m.user is None, (left, sim.due)
