@@ -335,22 +335,6 @@ class TurnMachine(TurnTable):
         self.user = t.turn_id
         return [cmd.ContinueTurn(t.turn_id, onset)]
 
-    def _queued(self, t: TurnState) -> bool:
-        """``t``, a reply asked for (not heard yet), waits for an earlier one: heard now (playing or
-        paused), or to be heard first (asked for too, answering the user's words, or held itself).
-        One reply has the floor at a time. (A reply to the user's words is not held: their speech
-        paused the reply it was said over, and the words cut that reply before they are answered.)"""
-        return (
-            t.phase is Phase.REPLYING
-            and t.onset_ns is None
-            and any(
-                e.phase in HEARD_PHASES
-                or (e.phase is Phase.REPLYING and (e.held or e.answered or e.onset_ns is None))
-                for e in self._turns.values()
-                if e.turn_id < t.turn_id
-            )
-        )
-
     def _be_patient(self) -> None:  # the waits this speaker needs now
         self.endpointer.reconfigure(self._vad, self.patience.policy(self._policy))
 

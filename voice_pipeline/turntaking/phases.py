@@ -122,7 +122,7 @@ class TurnState:
     ptt: bool = False
     sealed: bool = False
     #: its reply's first audio is held back: a voice may continue the turn (Continuation.holds),
-    #: or an earlier reply is still to be heard (TurnMachine._queued)
+    #: or an earlier reply is still to be heard (TurnTable._queued)
     held: bool = False
     #: its words are being answered (an Answer verdict): its reply is to be heard
     answered: bool = False
@@ -178,3 +178,19 @@ class TurnTable:
     def _latest(self, phases: frozenset[Phase], *, spoken: bool = False) -> TurnState | None:
         turns = reversed(self._turns.values())  # spoken: of the user's speech (not a reply asked for)
         return next((t for t in turns if t.phase in phases and (t.onset_ns is not None or not spoken)), None)
+
+    def _queued(self, t: TurnState) -> bool:
+        """``t``, a reply asked for (not heard yet), waits for an earlier one: heard now (playing or
+        paused), or to be heard first (asked for too, answering the user's words, or held itself).
+        One reply has the floor at a time. (A reply to the user's words is not held: their speech
+        paused the reply it was said over, and the words cut that reply before they are answered.)"""
+        return (
+            t.phase is Phase.REPLYING
+            and t.onset_ns is None
+            and any(
+                e.phase in HEARD_PHASES
+                or (e.phase is Phase.REPLYING and (e.held or e.answered or e.onset_ns is None))
+                for e in self._turns.values()
+                if e.turn_id < t.turn_id
+            )
+        )
