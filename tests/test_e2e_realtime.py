@@ -259,6 +259,32 @@ async def test_manual_turns_commit_and_ask_for_a_response(srv: VoiceServer) -> N
         assert done.response.status == "completed" and "paris" in normalize(transcript_of(done))
 
 
+async def test_push_to_talk_commits_and_asks_at_once(srv: VoiceServer) -> None:
+    """The push-to-talk flow OpenAI documents: no turn detection; on release the client commits
+    and sends response.create at once, before the words are transcribed. The response waits
+    for them and answers the question (before, it was asked without it)."""
+    async with realtime(srv) as rt:
+        await rt.wait_type("session.created")
+        await rt.send(
+            {
+                "type": "session.update",
+                "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+            }
+        )
+        await rt.wait_type("session.updated")
+        await rt.stream(pcm16(concat(silence(0.3, RATE), espeak(QUESTION, RATE), silence(0.3, RATE))))
+        await rt.send({"type": "input_audio_buffer.commit"})
+        await rt.send({"type": "response.create"})
+        created = await rt.wait_type("response.created")
+        done = await rt.wait_type("response.done")
+        assert done.response.status == "completed" and "paris" in normalize(transcript_of(done))
+        heard = rt.of("conversation.item.input_audio_transcription.completed")[0].transcript
+        record = await rt.wait_for(
+            lambda e: e.type == "voice_pipeline.turn.latency" and e.response_id == created.response.id
+        )
+        assert record.record["user_text"] == heard and word_error_rate(QUESTION, heard) <= 0.2, heard
+
+
 #: one long sentence with no comma to pause at: the user still speaks when the reply plays
 RAMBLING = (
     "I have been thinking about the trip we are planning to take next summer to the mountains "

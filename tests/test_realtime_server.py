@@ -132,6 +132,60 @@ async def test_a_session_s_tools_reach_the_llm_with_the_default_model() -> None:
         assert error.error.code == "tools_unsupported"  # SmolLM2 cannot choose calls by itself
 
 
+MANUAL_TURNS = {
+    "type": "session.update",
+    "session": {"type": "realtime", "audio": {"input": {"turn_detection": None}}},
+}
+
+
+async def test_a_response_asked_for_as_the_input_is_committed_reads_its_words() -> None:
+    """Push-to-talk as OpenAI documents it: commit, then response.create at once. The words
+    come a moment later (the ASR takes 0.5 s here): the response waits for them, rather than
+    answering without the question (before, the LLM was sent the instructions alone)."""
+    async with server() as (srv, fakes), realtime(srv) as rt:
+        fakes.asr.delay_s = 0.5
+        await rt.wait_type("session.created")
+        await rt.send(MANUAL_TURNS)
+        await rt.wait_type("session.updated")
+        await rt.stream(pcm16(tone(0.6, 24000)) + pcm16(silence(0.3, 24000)), paced=False)
+        await rt.send({"type": "input_audio_buffer.commit"})
+        await rt.send({"type": "response.create"})
+        created = await rt.wait_type("response.created")
+        assert not rt.of("conversation.item.input_audio_transcription.completed")  # asked before the words
+        done = await rt.wait_type("response.done")
+        assert done.response.status == "completed"
+        (request,) = fakes.llm.requests
+        assert [(m.role, m.content) for m in request.messages[1:]] == [("user", "what is the answer")]
+        record = await rt.wait_for(
+            lambda e: e.type == "voice_pipeline.turn.latency" and e.response_id == created.response.id
+        )
+        assert record.record["user_text"] == "what is the answer"
+
+
+async def test_a_response_asked_for_with_an_audio_item_reads_its_words_or_goes_on_without() -> None:
+    """An audio item the client creates is transcribed, and a response asked for at once reads
+    its words; if the ASR fails, the response goes on without them (it does not wait for ever)."""
+    item = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_audio", "audio": b64(pcm16(tone(0.6, 24000)))}],
+    }
+    async with server() as (srv, fakes), realtime(srv) as rt:
+        fakes.asr.delay_s = 0.5
+        await rt.wait_type("session.created")
+        await rt.send({"type": "conversation.item.create", "item": item})
+        await rt.send({"type": "response.create"})
+        first = await rt.wait_type("response.done")
+        assert fakes.llm.requests[-1].messages[-1].content == "what is the answer"
+        fakes.asr.error = RuntimeError("the ASR is down")
+        since = len(rt.events)
+        await rt.send({"type": "conversation.item.create", "item": item})
+        await rt.send({"type": "response.create"})
+        await rt.wait_type("conversation.item.input_audio_transcription.failed", since=since)
+        done = await rt.wait_for(lambda e: e.type == "response.done" and e.response.id != first.response.id)
+        assert done.response.status == "completed" and len(fakes.llm.requests) == 2
+
+
 async def test_the_token_is_the_sdks_api_key() -> None:
     async with server(auth_token=TOKEN) as (srv, _):
         with pytest.raises(InvalidStatus) as info:

@@ -207,8 +207,7 @@ class Session:
     def respond(self, request: ReplyRequest) -> int:
         """Start a reply with no user speech; returns its turn's id."""
         cmds = self._machine.respond()
-        turn_id = cmds[0].turn_id
-        self._requests[turn_id] = request
+        self._requests[turn_id := cmds[0].turn_id] = request
         self._execute(cmds)
         return turn_id
 
@@ -304,9 +303,10 @@ class Session:
             self._finish(turn)
 
     async def _answer(self, turn: Turn) -> None:
-        if turn.request is not None:  # asked for directly: no words to transcribe
-            turn.reply = turn.new_reply()
-            await turn.reply.run(list(turn.request.messages), options=turn.request.options)
+        if (request := turn.request) is not None:  # asked for directly (words it reads may be to come)
+            turn.request = request = await request.settled()
+            turn.user_text, turn.reply = request.user_text, turn.new_reply()
+            await turn.reply.run(list(request.messages), options=request.options)
             return
         turn.transcribed(await turn.final_transcript())
         transcribed = self._machine.transcribed(turn.turn_id, turn.user_text, self._turns.said_over(turn))

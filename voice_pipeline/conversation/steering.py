@@ -8,6 +8,7 @@ taken is :class:`voice_pipeline.turntaking.messages.TurnOptions`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from llm.base import ChatMessage, ToolOffer
@@ -36,3 +37,10 @@ class ReplyRequest:
     user_text: str = ""
     #: enter the session's History when done (an out-of-band reply does not)
     remember: bool = True
+    #: words it reads are still to come (user audio being transcribed): the request to make
+    #: once they are in, awaited before the reply starts (None: this one, as it is)
+    ready: Callable[[], Awaitable[ReplyRequest]] | None = None
+
+    async def settled(self) -> ReplyRequest:
+        """The request to make: this one, or the one :attr:`ready` gives once the words are in."""
+        return self if self.ready is None else await self.ready()

@@ -61,7 +61,7 @@ from voice_pipeline.realtime.ids import IdKind, Ids
 from voice_pipeline.realtime.input import InputSequencer
 from voice_pipeline.realtime.items import untranscribed_audio
 from voice_pipeline.realtime.response import ResponseSettings, resolve_response
-from voice_pipeline.realtime.response_state import OUTPUT_RATE_HZ, ResponseState, reply_options
+from voice_pipeline.realtime.response_state import OUTPUT_RATE_HZ, ResponseState
 from voice_pipeline.realtime.server_events import (
     InputTranscriptCompleted,
     ItemAdded,
@@ -224,10 +224,8 @@ class RealtimeBridge:
                 "Wait until the response is finished before creating a new one.",
             )
         settings = resolve_response(params, self.cfg, self.profile)
-        messages = self.context.messages_for(settings.instructions, self.conversation.context(settings.input))
-        response = self._new_response(settings, prompt_tokens(messages))
-        words = next((m.content for m in reversed(messages) if m.role == "user"), "")
-        request = ReplyRequest(tuple(messages), reply_options(settings), user_text=words, remember=False)
+        request = self.context.reply_request(settings)
+        response = self._new_response(settings, prompt_tokens(request.messages))
         return self._changed(response.seq.created()), request, response
 
     def bind(self, turn_id: int, response: ResponseState) -> None:
@@ -360,6 +358,7 @@ class RealtimeBridge:
             t.response.failed = error
             return []
         if stage == "asr" and t.item_id is not None and t.committed:
+            self.conversation.no_words(t.item_id)
             return self.input.transcript_failed(t.item_id, error)
         return []
 

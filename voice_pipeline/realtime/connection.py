@@ -32,7 +32,9 @@ scope closes the session, then the transcriptions, then the writer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable, Coroutine
@@ -42,19 +44,23 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from voice_pipeline import events as ev
 from voice_pipeline.audio import Float32
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import Config
 from voice_pipeline.conversation.session import Session
+from voice_pipeline.conversation.steering import ReplyRequest
 from voice_pipeline.edge import IDLE, EdgeMetrics, SessionScope
 from voice_pipeline.edge.outbound import Outbound, bound_send_buffer
 from voice_pipeline.engines import Engines
 from voice_pipeline.models import LLM_DIR, llm_dir
 from voice_pipeline.realtime import client_events as ce
 from voice_pipeline.realtime.bridge import OUTPUT_RATE_HZ, RealtimeBridge, Steering
+from voice_pipeline.realtime.context import prompt_tokens
 from voice_pipeline.realtime.errors import ErrorCode, ErrorType, ProtocolError, RealtimeClientError
 from voice_pipeline.realtime.event_json import ServerEventEncoder, dumps, encode
 from voice_pipeline.realtime.ids import Ids
+from voice_pipeline.realtime.response_state import ResponseState
 from voice_pipeline.realtime.server_events import ErrorOccurred, InputTranscriptFailed
 from voice_pipeline.realtime.session_config import ServerProfile, SessionBase, profile_from_config
 from voice_pipeline.realtime.tools import chat_template_supports_tools
@@ -67,6 +73,8 @@ IDLE_CLOSE_CODE = 1000
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 #: websockets' own limit is this many times the event limit: bigger messages close with 1009
 MESSAGE_LIMIT_FACTOR = 4
+#: the longest a response waits for the words of user audio it reads (then it goes on without them)
+WORDS_WAIT_S = 15.0
 
 
 def server_profile(cfg: Config, voice: str) -> ServerProfile:
@@ -134,9 +142,11 @@ class RealtimeConnection:
             self.bridge,
             ServerEventEncoder(ids),
             drain_grace_s=s.drain_grace_s,
-            on_event=metrics.observe,
+            on_event=self._observe,
             clock=clock,
         )
+        self._metrics = metrics
+        self._news = asyncio.Event()  # set as the session tells of anything: words may have come
         self._out.on_audio_sent = self.transport.audio_sent
         # partial transcripts are never sent on this protocol: they would only cost CPU
         session_cfg = dataclasses.replace(cfg, asr=dataclasses.replace(cfg.asr, partial_interval_ms=0))
@@ -227,6 +237,9 @@ class RealtimeConnection:
             case ce.CreateResponse(response=params):
                 events, request, response = bridge.create_response(params)
                 send(events)
+                if bridge.context.awaiting_words(response.seq.settings):
+                    words_in = functools.partial(self._words_in, response, request)
+                    request = dataclasses.replace(request, ready=words_in)
                 bridge.bind(session.respond(request), response)
             case ce.CancelResponse(response_id=response_id):
                 session.cancel(bridge.cancel_response(response_id))
@@ -244,9 +257,36 @@ class RealtimeConnection:
         except Exception as exc:
             log.warning("realtime session %s: cannot transcribe %s", self.session_id, item_id, exc_info=True)
             error = ProtocolError(ErrorCode.SERVER_ERROR, f"asr failed: {exc}", type=ErrorType.SERVER)
+            self.bridge.conversation.no_words(item_id)
             self.transport.send([InputTranscriptFailed(item_id, index, error)])
-            return
-        self.transport.send(self.bridge.item_transcribed(item_id, index, result.text.strip(), result.audio_s))
+        else:
+            words = result.text.strip()
+            self.transport.send(self.bridge.item_transcribed(item_id, index, words, result.audio_s))
+        self._news.set()
+
+    def _observe(self, event: ev.Event) -> None:
+        self._metrics.observe(event)
+        self._news.set()
+
+    async def _words_in(self, response: ResponseState, asked: ReplyRequest) -> ReplyRequest:
+        """``response``'s request once the user audio it reads is transcribed -- a push-to-talk
+        client commits and asks for a response at once, and the words come a moment later
+        (at most :data:`WORDS_WAIT_S` later: then it goes on without them). ``asked``: the
+        request as it was asked for (made if an item it names was deleted meanwhile)."""
+        settings, context = response.seq.settings, self.bridge.context
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WORDS_WAIT_S):
+                while context.awaiting_words(settings):
+                    self._news.clear()
+                    await self._news.wait()
+        if context.awaiting_words(settings):
+            log.warning("realtime session %s: a response goes on without words to come", self.session_id)
+        try:
+            request = context.reply_request(settings)
+        except RealtimeClientError:
+            return asked
+        response.prompt_tokens = prompt_tokens(request.messages)
+        return request
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)

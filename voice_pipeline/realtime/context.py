@@ -44,8 +44,12 @@ from voice_pipeline.conversation.history import (
     fit_history,
     message_tokens,
 )
+from voice_pipeline.conversation.steering import ReplyRequest
 from voice_pipeline.realtime.conversation import Conversation, item_message, join_calls
+from voice_pipeline.realtime.errors import RealtimeClientError
 from voice_pipeline.realtime.items import InputAudio, Item, ItemStatus, Message, OutputAudio, Role
+from voice_pipeline.realtime.response import ResponseSettings
+from voice_pipeline.realtime.response_state import reply_options
 
 _KEEP_PROMPTS = 16  # prompt-token estimates kept for the latest turns
 
@@ -155,6 +159,20 @@ class RealtimeContext:
             while len(self._prompts) > _KEEP_PROMPTS:
                 del self._prompts[min(self._prompts)]
         return messages
+
+    def reply_request(self, settings: ResponseSettings) -> ReplyRequest:
+        """What a response asks of the session, over the conversation as it stands now."""
+        messages = self.messages_for(settings.instructions, self.conversation.context(settings.input))
+        words = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        return ReplyRequest(tuple(messages), reply_options(settings), user_text=words, remember=False)
+
+    def awaiting_words(self, settings: ResponseSettings) -> bool:
+        """Some user audio a response reads is still being transcribed (a push-to-talk client
+        commits and asks for a response at once: the words come a moment later)."""
+        try:
+            return self.conversation.awaiting_words(self.conversation.context(settings.input))
+        except RealtimeClientError:  # an item it names is gone: its request says so
+            return False
 
     def prefix(self) -> list[ChatMessage]:
         """The instructions and the conversation so far (kept warm in the prefix cache)."""

@@ -85,8 +85,24 @@ class Conversation:
         self.max_items = max_items
         self.id = ids.new(IdKind.CONVERSATION)
         self._items: list[Item] = []
+        self._wordless: set[str] = set()  # items whose audio could not be transcribed
 
     # ------------------------------------------------------------ reading
+
+    def awaiting_words(self, items: Sequence[Item]) -> bool:
+        """Some user audio of ``items`` is still being transcribed: its words are to come."""
+        return any(
+            isinstance(p, InputAudio) and p.transcript is None
+            for item in items
+            if isinstance(item, Message) and item.id not in self._wordless
+            for p in item.content
+        )
+
+    def no_words(self, item_id: str) -> None:
+        """``item_id``'s audio could not be transcribed: its words will never come."""
+        self._wordless.add(item_id)
+        if len(self._wordless) > 4 * self.max_items:  # (ids of items long gone)
+            self._wordless = {i for i in self._wordless if i in self}
 
     @property
     def items(self) -> tuple[Item, ...]:
