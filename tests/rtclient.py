@@ -36,6 +36,11 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def user_message(text: str) -> dict[str, Any]:
+    """A typed user message, as the item of a ``conversation.item.create``."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
 class RealtimeClient:
     def __init__(self, conn: Any) -> None:
         self.conn = conn

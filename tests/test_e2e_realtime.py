@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soxr
-from rtclient import RealtimeClient, pcm16, realtime
+from rtclient import RealtimeClient, pcm16, realtime, user_message
 from servers import running_server
 from speech import concat, espeak, normalize, silence, word_error_rate
 from test_e2e_speculation import SlowLLM
@@ -103,7 +103,7 @@ async def test_a_spoken_question_is_transcribed_and_answered_with_speech(
 async def test_typed_items_get_spoken_replies_and_text_only_gets_text(srv: VoiceServer) -> None:
     async with realtime(srv) as rt:
         await rt.wait_type("session.created")
-        user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": QUESTION}]}
+        user = user_message(QUESTION)
         await rt.send({"type": "conversation.item.create", "item": user})
         await rt.send({"type": "response.create", "response": {"metadata": {"client_event_id": "r1"}}})
         created = await rt.wait_type("response.created")
@@ -115,8 +115,8 @@ async def test_typed_items_get_spoken_replies_and_text_only_gets_text(srv: Voice
         await rt.send(
             {"type": "session.update", "session": {"type": "realtime", "output_modalities": ["text"]}}
         )
-        await rt.send({"type": "conversation.item.create", "item": {**user, "content": [
-            {"type": "input_text", "text": "And what is the capital of Italy?"}]}})  # fmt: skip
+        italy = user_message("And what is the capital of Italy?")
+        await rt.send({"type": "conversation.item.create", "item": italy})
         await rt.send({"type": "response.create"})
         done = await rt.wait_type("response.done", since=since)
         text = "".join(e.delta for e in rt.of("response.output_text.delta", since))
@@ -222,12 +222,7 @@ async def test_session_update_changes_the_instructions_and_the_output_format(
         })  # fmt: skip
         updated = await rt.wait_type("session.updated")
         assert updated.session.audio.output.format.type == "audio/pcmu"
-        user = {
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": "What is your name?"}],
-        }
-        await rt.send({"type": "conversation.item.create", "item": user})
+        await rt.send({"type": "conversation.item.create", "item": user_message("What is your name?")})
         await rt.send({"type": "response.create"})
         done = await rt.wait_type("response.done")
         words = transcript_of(done)
@@ -354,7 +349,7 @@ async def test_a_clear_while_speech_pauses_a_response_lets_it_go_on(srv: VoiceSe
     """The user's speech pauses a response, and the client clears its input while they speak:
     their turn is dropped, so no words will ever decide the pause; the response goes on (it
     stayed paused for good before)."""
-    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": STORY}]}
+    user = user_message(STORY)
     async with realtime(srv) as rt:
         await storyteller(rt)
         await rt.send({"type": "conversation.item.create", "item": user})
@@ -377,11 +372,6 @@ async def test_a_clear_while_speech_pauses_a_response_lets_it_go_on(srv: VoiceSe
         assert not rt.of("output_audio_buffer.cleared")  # nothing of it was dropped
 
 
-def asked(text: str) -> dict[str, Any]:
-    """A typed user message."""
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 def index_of(rt: RealtimeClient, kind: str, response_id: str) -> int:
     """Where the first ``kind`` event of ``response_id`` came (in the order of all events)."""
     of = (
@@ -401,11 +391,11 @@ async def test_a_response_asked_for_while_another_plays_waits_for_it(
     two would have paused the one not yet heard)."""
     async with realtime(srv) as rt:
         await rt.wait_type("session.created")
-        await rt.send({"type": "conversation.item.create", "item": asked(QUESTION)})
+        await rt.send({"type": "conversation.item.create", "item": user_message(QUESTION)})
         await rt.send({"type": "response.create"})
         first = await rt.wait_type("response.done")
         await rt.send(
-            {"type": "conversation.item.create", "item": asked("And what is the capital of Italy?")}
+            {"type": "conversation.item.create", "item": user_message("And what is the capital of Italy?")}
         )
         await rt.send({"type": "response.create"})
         second = await rt.wait_for(lambda e: e.type == "response.done" and e.response.id != first.response.id)
@@ -435,10 +425,10 @@ async def test_speech_over_a_response_with_another_waiting_stops_both(srv: Voice
     and the story talked on over the user)."""
     async with realtime(srv) as rt:
         await storyteller(rt)
-        await rt.send({"type": "conversation.item.create", "item": asked(STORY)})
+        await rt.send({"type": "conversation.item.create", "item": user_message(STORY)})
         await rt.send({"type": "response.create", "response": {"max_output_tokens": 80}})
         story = (await rt.wait_type("response.done")).response.id
-        await rt.send({"type": "conversation.item.create", "item": asked(QUESTION)})
+        await rt.send({"type": "conversation.item.create", "item": user_message(QUESTION)})
         await rt.send({"type": "response.create"})
         # generated, its audio ready: it would play now if it did not wait for the story
         waiting = (

@@ -12,10 +12,9 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from rtclient import pcm16, realtime
+from rtclient import pcm16, realtime, user_message
 from servers import running_server
 from speech import concat, espeak, silence
 from tool_fixtures import WEATHER_FUNCTION as WEATHER
@@ -35,10 +34,6 @@ async def srv(engines: Engines, config: Config) -> AsyncIterator[VoiceServer]:
         yield server
 
 
-def user_text(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 async def test_a_named_tool_choice_round_trip_on_the_default_model(srv: VoiceServer) -> None:
     async with realtime(srv) as rt:
         await rt.wait_type("session.created")
@@ -54,7 +49,7 @@ async def test_a_named_tool_choice_round_trip_on_the_default_model(srv: VoiceSer
         })  # fmt: skip
         updated = await rt.wait_type("session.updated")
         assert [t.name for t in updated.session.tools] == ["get_weather"]
-        question = user_text("What is the weather in Paris?")
+        question = user_message("What is the weather in Paris?")
         since = len(rt.events)
         await rt.send({"type": "conversation.item.create", "item": question})
         await rt.wait_type("conversation.item.done", since=since)

@@ -13,10 +13,9 @@ import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from rtclient import realtime
+from rtclient import realtime, user_message
 from servers import running_server
 from tool_fixtures import WEATHER_FUNCTION as WEATHER
 
@@ -39,10 +38,6 @@ async def tools_srv(
         yield srv
 
 
-def user_text(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-
-
 async def test_the_tool_capable_model_calls_a_function_by_itself(tools_srv: VoiceServer) -> None:
     async with realtime(tools_srv) as rt:
         created = await rt.wait_type("session.created")
@@ -59,7 +54,7 @@ async def test_the_tool_capable_model_calls_a_function_by_itself(tools_srv: Voic
         updated = await rt.wait_type("session.updated")
         assert updated.session.tool_choice == "auto"
         since = len(rt.events)
-        question = user_text("What is the weather in Paris?")
+        question = user_message("What is the weather in Paris?")
         await rt.send({"type": "conversation.item.create", "item": question})
         await rt.wait_type("conversation.item.done", since=since)
         since = len(rt.events)

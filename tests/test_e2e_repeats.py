@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from rtclient import realtime
+from rtclient import realtime, user_message
 from servers import running_server
 from speech import concat, espeak, repeated_run, silence, word_error_rate
 from test_e2e_realtime import said, transcript_of
@@ -44,7 +44,7 @@ async def test_a_loop_is_cut_before_it_goes_round_again(
     engines: Engines, config: Config, whisper: ASREngine
 ) -> None:
     assert config.llm.repetition_penalty == 1.0  # the default: the model loops on this question
-    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": QUESTION}]}
+    user = user_message(QUESTION)
     async with running_server(engines, config) as srv, realtime(srv) as rt:
         await rt.wait_type("session.created")
         await rt.send({"type": "conversation.item.create", "item": user})
@@ -68,7 +68,7 @@ async def test_a_text_only_loop_is_cut_too(engines: Engines, config: Config) -> 
     that shows the loop going round again is out; the request stops there, short of its limit
     (it ran to it before: "The days of the week are: Monday, ..., Sunday, Monday, ..., Sunday,
     Monday, Wednesday" was 22 words of text when the guard stopped it, native AVX-512 BF16)."""
-    user = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": QUESTION}]}
+    user = user_message(QUESTION)
     async with running_server(engines, config) as srv, realtime(srv) as rt:
         await rt.wait_type("session.created")
         await rt.send({"type": "conversation.item.create", "item": user})
