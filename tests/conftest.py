@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,12 +70,15 @@ def piper(config: Config, model_paths: ModelPaths) -> Iterator[TTS]:
 
 
 @pytest.fixture(scope="session")
-def vllm_engine(config: Config, model_paths: ModelPaths) -> LLM:
-    """The in-process vLLM engine, shared by the whole session (start ~13 s)."""
+async def vllm_engine(config: Config, model_paths: ModelPaths) -> AsyncIterator[LLM]:
+    """The in-process vLLM engine, shared by the whole session (start ~13 s). Closed at the
+    session's end, while pytest still has its output: vLLM logs the engine process's exit, and
+    at interpreter exit (the engine's own fallback) its stream may already be closed."""
     from llm import build_llm
 
-    # closed at interpreter exit by the engine itself; closing here would need a loop
-    return build_llm(config.llm, model_paths.llm)
+    engine = build_llm(config.llm, model_paths.llm)
+    yield engine
+    await engine.aclose()
 
 
 @pytest.fixture(scope="session")
@@ -94,12 +97,14 @@ def tools_model_dir(config: Config) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tools_llm(config: Config, tools_model_dir: Path) -> LLM:
+async def tools_llm(config: Config, tools_model_dir: Path) -> AsyncIterator[LLM]:
     """An in-process vLLM engine on the tool-calling model, shared by the whole session
     (start ~15-30 s; about 1.3 GB more RSS beside :func:`vllm_engine`)."""
     from llm import build_llm
 
-    return build_llm(config.llm, tools_model_dir)
+    engine = build_llm(config.llm, tools_model_dir)
+    yield engine
+    await engine.aclose()  # as vllm_engine
 
 
 @pytest.fixture(scope="session")
