@@ -75,7 +75,7 @@ from voice_pipeline.bench.variants import turn_variant
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.cpu import this_cpu
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger.ledger import percentile
+from voice_pipeline.ledger.aggregate import percentile
 from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.models import prepare_models
 from voice_pipeline.runner import run_audio

@@ -37,7 +37,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from voice_pipeline.audio import resample
 from voice_pipeline.config import load_config
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger.ledger import STAGES, SessionLedger, percentile
+from voice_pipeline.ledger.aggregate import SessionLedger, percentile
+from voice_pipeline.ledger.ledger import STAGES
 from voice_pipeline.models import prepare_models
 from voice_pipeline.runner import run_audio
 

@@ -9,17 +9,16 @@ import random
 import pytest
 
 from voice_pipeline.config import BudgetConfig
+from voice_pipeline.ledger.aggregate import SessionLedger, percentile
 from voice_pipeline.ledger.ledger import (
     BARGE_IN_STOP,
     CRITICAL_PATH,
     STAGES,
     TOTAL,
     Mark,
-    SessionLedger,
     TurnLedger,
     covered_ns,
     critical_path,
-    percentile,
 )
 from voice_pipeline.ledger.records import BudgetBreach, TurnRecord, WorkAccount
 

@@ -24,7 +24,7 @@ from voice_pipeline.config import BudgetConfig
 from voice_pipeline.edge.outbound import Outbound
 from voice_pipeline.edge.playback import ListenerTimeline
 from voice_pipeline.engines import Engines
-from voice_pipeline.ledger.ledger import KEEP_RECORDS, KEEP_SAMPLES, SessionLedger
+from voice_pipeline.ledger.aggregate import KEEP_RECORDS, KEEP_SAMPLES, SessionLedger
 from voice_pipeline.ledger.records import TurnRecord, WorkAccount
 from voice_pipeline.server.transport import WebSocketTransport
 from voice_pipeline.telephony.audiosocket_server import AudioSocketTransport

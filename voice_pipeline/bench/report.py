@@ -37,7 +37,8 @@ from voice_pipeline.bench.stats import (
     summarize,
 )
 from voice_pipeline.bench.tracker import TurnResult
-from voice_pipeline.ledger.ledger import STAGES, percentile
+from voice_pipeline.ledger.aggregate import percentile
+from voice_pipeline.ledger.ledger import STAGES
 from voice_pipeline.ledger.records import StageName
 
 SCHEMA = "voice-pipeline.bench/1"

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from voice_pipeline.ledger.ledger import percentile
+from voice_pipeline.ledger.aggregate import percentile
 
 #: past this server CPU utilisation queueing makes latency climb steeply: the report warns
 CPU_WARN = 0.70

@@ -63,7 +63,7 @@ from voice_pipeline.conversation.turn import Turn, TurnContext
 from voice_pipeline.conversation.warmer import PrefixWarmer
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ClosedError
-from voice_pipeline.ledger.ledger import SessionLedger
+from voice_pipeline.ledger.aggregate import SessionLedger
 from voice_pipeline.ledger.records import TurnRecord
 from voice_pipeline.tools.runner import ToolBox
 from voice_pipeline.transport import Transport
