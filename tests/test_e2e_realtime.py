@@ -26,6 +26,7 @@ from asr.base import ASREngine
 from llm.base import ChatMessage
 from voice_pipeline.config import Config
 from voice_pipeline.engines import Engines
+from voice_pipeline.ledger.ledger import path_of
 from voice_pipeline.realtime.connection import RealtimeConnection
 from voice_pipeline.server.app import VoiceServer
 from voice_pipeline.telephony import mulaw
@@ -278,6 +279,11 @@ async def test_push_to_talk_commits_and_asks_at_once(srv: VoiceServer) -> None:
             lambda e: e.type == "voice_pipeline.turn.latency" and e.response_id == created.response.id
         )
         assert record.record["user_text"] == heard and word_error_rate(QUESTION, heard) <= 0.2, heard
+        # its record starts at the ask: the wait for the words, then the LLM onwards, in full
+        stages = record.record["stages_ms"]
+        path = [s.name for s in path_of(record.record["marks"])]
+        assert path[:2] == ["asr_final", "llm_first_token"] and set(path) <= set(stages), stages
+        assert sum(stages[s] for s in path) == pytest.approx(stages["asked_to_audio"], abs=0.5)
 
 
 #: one long sentence with no comma to pause at: the user still speaks when the reply plays

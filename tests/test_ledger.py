@@ -11,16 +11,21 @@ import pytest
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.ledger.aggregate import SessionLedger, percentile
 from voice_pipeline.ledger.ledger import (
+    ASKED_TOTAL,
     BARGE_IN_STOP,
     CRITICAL_PATH,
     STAGES,
+    TOOL_PATH,
     TOTAL,
     Mark,
     TurnLedger,
     covered_ns,
     critical_path,
+    path_of,
+    stages_of,
 )
 from voice_pipeline.ledger.records import BudgetBreach, TurnRecord, WorkAccount
+from voice_pipeline.ledger.report import format_turn
 
 MS = 1_000_000
 T0 = 5_000 * MS  # a non-zero origin, like time.monotonic_ns()
@@ -523,3 +528,86 @@ def test_turn_record_carries_compute_and_overhead() -> None:
     assert rec.compute_ms == {"llm": 40.0}
     assert rec.overhead_ms == 60.0
     assert rec.as_dict()["critical_path"] == {"compute_ms": {"llm": 40.0}, "overhead_ms": 60.0}
+
+
+# ---------------------------------------------------------------- a reply asked for directly
+
+#: a reply asked for (response.create) as push-to-talk asks it, with its audio just committed:
+#: its words take 180 ms to come back, then 60, 120, 90, 10 -> 460 ms asked -> audio
+ASKED = {
+    Mark.REPLY_ASKED: 0,
+    Mark.TRANSCRIPT_FINAL: 180,
+    Mark.LLM_FIRST_TOKEN: 240,
+    Mark.FIRST_CLAUSE: 360,
+    Mark.TTS_FIRST_AUDIO: 450,
+    Mark.FIRST_AUDIO_SENT: 460,
+}
+
+
+def asked_ledger(offsets_ms: dict[Mark, int], budget: BudgetConfig = BUDGET) -> TurnLedger:
+    led = TurnLedger(1, budget)
+    for mark, ms in sorted(offsets_ms.items(), key=lambda kv: kv[1]):
+        led.mark(mark, T0 + ms * MS)
+    return led
+
+
+def test_an_asked_reply_s_stages_start_when_asked_and_add_up_to_asked_to_audio() -> None:
+    """It has no user speech of its own: no endpointing and no voice_to_voice, but its wait
+    for the words (asr_final), the LLM, the clause, Piper and the transport, which add up to
+    ``asked_to_audio`` (before, it had only the last three, and no total)."""
+    led = asked_ledger(ASKED)
+    assert [s.name for s in path_of(ASKED)] == ["asr_final", *(s.name for s in CRITICAL_PATH[2:])]
+    stages = led.stages_ms()
+    assert stages == {
+        "asr_final": 180.0,
+        "llm_first_token": 60.0,
+        "first_clause": 120.0,
+        "tts_first_audio": 90.0,
+        "transport": 10.0,
+        "asked_to_audio": 460.0,
+    }
+    assert sum(stages[s.name] for s in path_of(ASKED)) == stages[ASKED_TOTAL.name]
+    assert stages_of(ASKED)[-2:] == (ASKED_TOTAL, BARGE_IN_STOP)
+    assert "voice_to_voice" not in stages  # the summary's voice-to-voice is people's speech only
+
+
+def test_an_asked_reply_breaks_its_own_budget_and_a_held_wait_is_not_a_breach() -> None:
+    budget = BudgetConfig(asked_to_audio_ms=400.0, asr_final_ms=200.0)
+    (breach,) = [b for b in asked_ledger(ASKED, budget).finish(
+        user_text="q", assistant_text="a", heard_text="a", interrupted=False, audio_heard_s=1.0
+    ).budgets_broken if b.stage == "asked_to_audio"]  # fmt: skip
+    assert (breach.duration_ms, breach.budget_ms) == (460.0, 400.0)
+    # queued behind another reply that was playing: its first audio waited 2 s, by rule
+    led = TurnLedger(1, budget)
+    for mark, ms in ASKED.items():
+        if mark is Mark.FIRST_AUDIO_SENT:
+            led.held_first_audio(2000.0)
+            ms += 2000
+        led.mark(mark, T0 + ms * MS)
+    rec = led.finish(user_text="q", assistant_text="a", heard_text="a", interrupted=False, audio_heard_s=1.0)
+    assert rec.stages_ms["asked_to_audio"] == 2460.0 and rec.first_audio_held_ms == 2000.0
+    assert [b.stage for b in rec.budgets_broken] == ["asked_to_audio"]  # the 60 ms over, not the wait
+    assert rec.budgets_broken[0].budget_ms == 2400.0
+
+
+def test_an_asked_reply_s_overhead_is_measured_from_the_ask() -> None:
+    marks = {Mark.REPLY_ASKED: 0, Mark.FIRST_AUDIO_SENT: 400 * MS}
+    path = critical_path(marks, {"llm": (0, 300 * MS), "tts": (300 * MS, 380 * MS)})
+    assert path is not None and path[1] == 20.0
+
+
+def test_an_asked_reply_with_a_tool_before_its_words_follows_the_tool_path() -> None:
+    marks = {Mark.REPLY_ASKED: 0, Mark.TRANSCRIPT_FINAL: 1, Mark.TOOL_START: 5, Mark.FIRST_CLAUSE: 9}
+    assert [s.name for s in path_of(marks)] == [
+        "asr_final", "llm_first_token", "tool_call", "tool", "tool_answer", "tts_first_audio", "transport"
+    ]  # fmt: skip
+    assert path_of({Mark.SPEECH_END: 0, Mark.TOOL_START: 5, Mark.FIRST_CLAUSE: 9}) == TOOL_PATH
+
+
+def test_the_report_shows_an_asked_reply_s_stages_and_total() -> None:
+    stages = {"asr_final": 180, "llm_first_token": 60, "first_clause": 120, "tts_first_audio": 90,
+              "transport": 10, "asked_to_audio": 460}  # fmt: skip
+    text = format_turn({"turn_id": 2, "user_text": "q", "assistant_text": "a", "stages_ms": stages}, BUDGET)
+    rows = [line.split()[0] for line in text.splitlines()[4:] if not line.strip().startswith("-")]
+    assert rows == list(stages)
+    assert text.splitlines()[-1].split()[1:] == ["460", "500"]  # asked_to_audio against its own budget

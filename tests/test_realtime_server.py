@@ -28,6 +28,7 @@ from wsclient import voice_client
 from voice_pipeline.config import Config, load_config
 from voice_pipeline.edge import SessionScope
 from voice_pipeline.errors import ClosedError
+from voice_pipeline.ledger.ledger import path_of
 from voice_pipeline.realtime.connection import RealtimeConnection
 from voice_pipeline.server.app import VoiceServer
 
@@ -160,6 +161,10 @@ async def test_a_response_asked_for_as_the_input_is_committed_reads_its_words() 
             lambda e: e.type == "voice_pipeline.turn.latency" and e.response_id == created.response.id
         )
         assert record.record["user_text"] == "what is the answer"
+        # the record starts at the ask, and its first stage is the wait for the words
+        stages, marks = record.record["stages_ms"], record.record["marks"]
+        assert stages["asr_final"] >= 400 and "voice_to_voice" not in stages
+        assert sum(stages[s.name] for s in path_of(marks)) == pytest.approx(stages["asked_to_audio"], abs=0.5)
 
 
 async def test_a_response_asked_for_with_an_audio_item_reads_its_words_or_goes_on_without() -> None:

@@ -151,6 +151,24 @@ def test_the_stage_spans_add_up_to_voice_to_voice_exactly(marks: dict[Mark, int]
         assert s.attributes["voice.stage.duration_ms"] == rec.stages_ms[s.name]  # type: ignore[index]
 
 
+def test_an_asked_reply_s_stages_start_when_it_was_asked() -> None:
+    """A reply asked for directly (``response.create``): its spans run from the ask, the
+    LLM's among them (before, its path had no start, so it had no ``llm_first_token`` span)."""
+    asked = {
+        Mark.REPLY_ASKED: 1000, Mark.TRANSCRIPT_FINAL: 1180, Mark.LLM_FIRST_TOKEN: 1240,
+        Mark.FIRST_CLAUSE: 1360, Mark.TTS_FIRST_AUDIO: 1450, Mark.FIRST_AUDIO_SENT: 1460, Mark.TURN_END: 3000,
+    }  # fmt: skip
+    spec = turn_span(record(asked), TurnOptions(BUDGET), llm_span_id=0xABC)
+    assert tree(spec) == [
+        ("asr_final", 1000, 1180), ("llm_first_token", 1180, 1240), ("first_clause", 1240, 1360),
+        ("tts_first_audio", 1360, 1450), ("transport", 1450, 1460),
+    ]  # fmt: skip
+    assert spec is not None and spec.start_ns == 1000 * MS
+    assert span(spec, "llm_first_token").span_id == 0xABC
+    assert spec.attributes["voice.turn.asked_to_audio_ms"] == 460.0
+    assert "voice.turn.voice_to_voice_ms" not in spec.attributes
+
+
 def test_turn_and_stage_attributes() -> None:
     rec = record(ANSWERED)
     spec = turn_span(rec, TurnOptions(BUDGET, model="smollm2"), llm_span_id=0xABC)

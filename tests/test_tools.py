@@ -279,7 +279,7 @@ def test_a_tool_turn_s_stages_add_up_to_voice_to_voice() -> None:
 def test_a_tool_after_the_first_clause_is_off_the_voice_to_voice_path() -> None:
     led = TurnLedger(1, BudgetConfig())
     _tool_turn(led, clause_before_tool=True)
-    assert stages_of({Mark.TOOL_START: 2, Mark.FIRST_CLAUSE: 1}) is STAGES
+    assert stages_of({Mark.TOOL_START: 2, Mark.FIRST_CLAUSE: 1}) == STAGES
     stages = led.stages_ms()
     assert StageName.TOOL not in stages
     assert sum(stages[s.name] for s in CRITICAL_PATH) == stages[StageName.VOICE_TO_VOICE]

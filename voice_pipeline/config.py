@@ -231,6 +231,7 @@ class BudgetConfig:
     tts_first_audio_ms: float = 150.0
     transport_ms: float = 20.0
     voice_to_voice_ms: float = 800.0
+    asked_to_audio_ms: float = 500.0
     barge_in_stop_ms: float = 250.0
     #: a turn whose tools ran before its first clause (ledger.TOOL_PATH)
     tool_call_ms: float = 400.0

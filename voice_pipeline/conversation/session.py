@@ -59,7 +59,8 @@ from voice_pipeline.conversation.open_turns import OpenTurns
 from voice_pipeline.conversation.phrases import Phrases
 from voice_pipeline.conversation.reply import ReplyOptions, ReplyRequest
 from voice_pipeline.conversation.tasks import SessionTasks
-from voice_pipeline.conversation.turn import Turn, TurnContext
+from voice_pipeline.conversation.turn import Turn
+from voice_pipeline.conversation.turn_context import TurnContext
 from voice_pipeline.conversation.warmer import PrefixWarmer
 from voice_pipeline.engines import Engines
 from voice_pipeline.errors import ClosedError
@@ -229,9 +230,7 @@ class Session:
                     turn.begin(self._input.time_of(onset), start, self._input.since(start))
                     self._warm()
                 case te.BeginReply(turn_id=tid):
-                    turn = self._new_turn(tid)
-                    turn.request = self._requests.pop(tid)
-                    turn.user_text = turn.request.user_text
+                    self._new_turn(tid).ask(self._requests.pop(tid))
                 case te.DropTurn(turn_id=tid):
                     self._drop(turns[tid])
                 case te.ContinueTurn(turn_id=tid):
@@ -303,11 +302,8 @@ class Session:
             self._finish(turn)
 
     async def _answer(self, turn: Turn) -> None:
-        if (request := turn.request) is not None:  # asked for directly (words it reads may be to come)
-            turn.request = request = await request.settled()
-            turn.user_text, turn.reply = request.user_text, turn.new_reply()
-            await turn.reply.run(list(request.messages), options=request.options)
-            return
+        if turn.request is not None:  # asked for directly (words it reads may be to come)
+            return await turn.answer_request(turn.request)
         turn.transcribed(await turn.final_transcript())
         transcribed = self._machine.transcribed(turn.turn_id, turn.user_text, self._turns.said_over(turn))
         self._execute(list(transcribed.commands))

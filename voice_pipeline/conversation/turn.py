@@ -2,7 +2,8 @@
 
 The session creates a :class:`Turn` for every :class:`~voice_pipeline.turntaking.messages.BeginTurn`
 and calls its methods to carry out the machine's commands for it; a turn decides
-nothing itself. Everything a session's turns share is one :class:`TurnContext`.
+nothing itself. Everything a session's turns share is one
+:class:`~voice_pipeline.conversation.turn_context.TurnContext`.
 
 Epochs: a continued turn (the user went on before hearing the reply) drops its
 reply and is answered anew, under the same turn id. ``epoch`` counts those restarts;
@@ -14,11 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,66 +28,21 @@ from vad.end_of_turn import Cue, Rule
 from vad.endpointer import EndOfTurn
 from voice_pipeline import events as ev
 from voice_pipeline.clock import ms_to_ns
-from voice_pipeline.config import ASRConfig, TurnConfig, VADConfig
 from voice_pipeline.conversation.history import Context, admits, remember
-from voice_pipeline.conversation.reply import Reply, ReplyDeps, ReplyOptions, ReplyRequest, ReplySpeaker
-from voice_pipeline.conversation.speculation import PrefetchSettings
-from voice_pipeline.conversation.utterance import Spawn, Utterance, UtteranceEngines
+from voice_pipeline.conversation.reply import Reply, ReplyOptions, ReplyRequest, ReplySpeaker
+from voice_pipeline.conversation.turn_context import TurnContext
+from voice_pipeline.conversation.utterance import Utterance
 from voice_pipeline.errors import EngineError
 from voice_pipeline.ledger.ledger import Mark, TurnLedger
 from voice_pipeline.ledger.records import EndOfTurnRecord, FailedStage, Span, TurnRecord
-from voice_pipeline.transport import Transport
 from voice_pipeline.turntaking.bargein import InterruptionKind
-from voice_pipeline.turntaking.echo import EchoGate
-from voice_pipeline.turntaking.messages import CancelReason, EvidenceFound
+from voice_pipeline.turntaking.messages import CancelReason
 from voice_pipeline.turntaking.phases import Phase
 
 log = logging.getLogger(__name__)
 
 #: policy waits that are the user's, not the pipeline's: they extend the turn's budgets
 DELIBERATE = (Rule.UNSURE, Rule.INCOMPLETE)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnSettings:
-    """What a turn and its utterance read of the config (a reply's own are in its
-    :class:`~voice_pipeline.conversation.reply.ReplyDeps`)."""
-
-    asr: ASRConfig
-    turn: TurnConfig
-    prefetch: PrefetchSettings
-    pipeline_rate_hz: int  # audio.pipeline_rate_hz: input samples -> ms
-    #: vad.end_silence_ms: the policy's wait beyond it is the user's (DELIBERATE)
-    end_silence_ms: int
-    filler_after_ms: int  # dialogue.filler_after_ms
-
-    def configured(self, vad: VADConfig, turn: TurnConfig, *, hold_first_chunk: bool) -> TurnSettings:
-        """The settings with a client's new turn-taking sections (``Session.configure``);
-        ``hold_first_chunk``: whether a speculative reply synthesizes its first chunk ahead."""
-        prefetch = dataclasses.replace(self.prefetch, hold_first_chunk=hold_first_chunk)
-        return dataclasses.replace(self, turn=turn, end_silence_ms=vad.end_silence_ms, prefetch=prefetch)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnContext:
-    """What every turn of one session shares: each utterance's engines and every reply's
-    dependencies, the settings, and the session's transport, clocks, echo check and callbacks."""
-
-    engines: UtteranceEngines
-    settings: TurnSettings
-    reply: ReplyDeps
-    transport: Transport
-    clock: Callable[[], int]
-    sleep_until: Callable[[int], Awaitable[None]]
-    echo: EchoGate
-    #: the monotonic time of an input sample
-    time_of: Callable[[int], int]
-    spawn: Spawn
-    on_evidence: Callable[[EvidenceFound], None]
-    #: the reply of (turn id, epoch) became audible
-    on_audible: Callable[[int, int], None]
-    #: the committed words of the user's partial transcript grew
-    on_committed: Callable[[str], None]
 
 
 class Turn:
@@ -274,6 +228,20 @@ class Turn:
         )
         mark = functools.partial(self._mark_epoch, epoch)
         return Reply(tid, ctx.reply, speaker, mark, functools.partial(self._compute_epoch, epoch))
+
+    def ask(self, request: ReplyRequest) -> None:
+        """A reply is asked for directly (``Session.respond``): the turn has no user speech."""
+        self.request, self.user_text = request, request.user_text
+        self.mark(Mark.REPLY_ASKED, self._ctx.clock())
+
+    async def answer_request(self, request: ReplyRequest) -> None:
+        """Reply as asked, once the words the request reads are in (push-to-talk: those of the
+        audio just committed); their wait is the record's ``asr_final``."""
+        self.request = request = await request.settled()
+        self.user_text = request.user_text
+        self.mark(Mark.TRANSCRIPT_FINAL, self._ctx.clock())
+        self.reply = self.new_reply()
+        await self.reply.run(list(request.messages), options=request.options)
 
     def prefetch(self, context: Context, session_tag: str) -> None:
         """Start the speculative reply to the utterance, asked with ``context``."""

@@ -29,7 +29,7 @@ from voice_pipeline.config import ASRConfig, Config, TTSConfig
 from voice_pipeline.conversation.phrases import Phrases
 from voice_pipeline.conversation.reply import ReplyDeps
 from voice_pipeline.conversation.speculation import PrefetchSettings
-from voice_pipeline.conversation.turn import TurnSettings
+from voice_pipeline.conversation.turn_context import TurnSettings
 from voice_pipeline.conversation.utterance import UtteranceEngines
 from voice_pipeline.engines import Engines
 from voice_pipeline.tools.runner import ToolBox

@@ -16,6 +16,13 @@ the LLM answers with their results (``tool_answer``), which replace ``first_clau
 
     ... -> llm_first_token -> tool_start -> tool_done -> first_clause -> ...
 
+A reply asked for directly (``Session.respond``: a realtime client's ``response.create``)
+has no user speech of its own. Its path starts when it is asked, and its total is
+``asked_to_audio``; ``asr_final`` is then the wait for the words it reads (push-to-talk:
+the committed audio's transcript; none for typed text):
+
+    reply_asked -> transcript_final -> llm_first_token -> ... -> first_audio_sent
+
 A session's :class:`~voice_pipeline.ledger.aggregate.SessionLedger` keeps the latest
 completed turns' records and per-stage aggregates over the whole session.
 
@@ -29,7 +36,9 @@ clock; input times are capture stamps, :meth:`voice_pipeline.inputbuf.InputHisto
     speech_start        turn.Turn.begin            capture time of the turn's first voiced frame
     speech_end          turn.Turn.end              capture time of the acoustic end (Listener.acoustic_end)
     endpoint            turn.Turn.end              the end of turn is carried out (the machine's EndTurn)
-    transcript_final    turn.Turn.transcribed      the final transcript is in hand
+    reply_asked         turn.Turn.ask              a reply was asked for directly (the machine's BeginReply)
+    transcript_final    turn.Turn.transcribed      the final transcript is in hand (an asked reply:
+                        turn.Turn.answer_request   the words it reads are in hand)
     llm_first_token     reply.Reply._generate      the first LLM delta arrives (prefetched or requested)
     first_clause        reply.Reply._generate      the first complete clause is queued for Piper
     tts_first_audio     reply.Reply._speak         its audio is synthesized (or held audio taken)
@@ -56,7 +65,7 @@ A continued turn (the user went on before hearing the reply) forgets every mark 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from voice_pipeline.config import BudgetConfig
@@ -78,6 +87,7 @@ class Mark(enum.StrEnum):
     SPEECH_START = "speech_start"
     SPEECH_END = "speech_end"  # true end of user speech (last voiced frame)
     ENDPOINT = "endpoint"  # end of turn decided
+    REPLY_ASKED = "reply_asked"  # a reply asked for directly (no user speech of its own)
     TRANSCRIPT_FINAL = "transcript_final"
     LLM_FIRST_TOKEN = "llm_first_token"
     FIRST_CLAUSE = "first_clause"  # first clause complete, handed to TTS
@@ -121,6 +131,9 @@ TOTAL = Stage(StageName.VOICE_TO_VOICE, Mark.SPEECH_END, Mark.FIRST_AUDIO_SENT, 
 #: interrupting speech onset -> the listener flushed and nothing more sent
 BARGE_IN_STOP = Stage(StageName.BARGE_IN_STOP, Mark.BARGE_IN_ONSET, Mark.FLUSH_SENT, "barge_in_stop_ms")
 STAGES: tuple[Stage, ...] = (*CRITICAL_PATH, TOTAL, BARGE_IN_STOP)
+#: a reply asked for directly: it starts when asked; the first stage waits for its words
+ASKED_WORDS = Stage(StageName.ASR_FINAL, Mark.REPLY_ASKED, Mark.TRANSCRIPT_FINAL, "asr_final_ms")
+ASKED_TOTAL = Stage(StageName.ASKED_TO_AUDIO, Mark.REPLY_ASKED, Mark.FIRST_AUDIO_SENT, "asked_to_audio_ms")
 #: the critical path of a turn whose tools ran before its first clause: consecutive too
 TOOL_PATH: tuple[Stage, ...] = (
     *CRITICAL_PATH[:3],
@@ -131,14 +144,23 @@ TOOL_PATH: tuple[Stage, ...] = (
 )
 TOOL_STAGES: tuple[Stage, ...] = (*TOOL_PATH, TOTAL, BARGE_IN_STOP)
 #: every stage a turn may have (each budget is in ``ready``; the session's summary)
-ALL_STAGES: tuple[Stage, ...] = (*STAGES, *TOOL_PATH[3:6])
+ALL_STAGES: tuple[Stage, ...] = (*STAGES, *TOOL_PATH[3:6], ASKED_TOTAL)
 
 
-def stages_of(marks: dict[Mark, int]) -> tuple[Stage, ...]:
-    """The stages of a turn with these marks: :data:`TOOL_PATH`'s if its tools ran before
-    its first clause (then they are on the voice-to-voice path), else :data:`STAGES`."""
+def path_of(marks: Mapping[Mark, int] | Mapping[str, int]) -> tuple[Stage, ...]:
+    """The critical path of a turn with these marks (consecutive stages): :data:`TOOL_PATH`
+    if its tools ran before its first clause, else :data:`CRITICAL_PATH`; an asked reply's
+    starts with :data:`ASKED_WORDS` instead of the end of the user's turn."""
     tool, clause = marks.get(Mark.TOOL_START), marks.get(Mark.FIRST_CLAUSE)
-    return TOOL_STAGES if tool is not None and (clause is None or clause >= tool) else STAGES
+    path = TOOL_PATH if tool is not None and (clause is None or clause >= tool) else CRITICAL_PATH
+    return (ASKED_WORDS, *path[2:]) if Mark.REPLY_ASKED in marks else path
+
+
+def stages_of(marks: Mapping[Mark, int] | Mapping[str, int]) -> tuple[Stage, ...]:
+    """Every stage of a turn with these marks: its path (:func:`path_of`), the total
+    (``voice_to_voice``, or ``asked_to_audio`` for an asked reply) and the barge-in stop."""
+    total = ASKED_TOTAL if Mark.REPLY_ASKED in marks else TOTAL
+    return (*path_of(marks), total, BARGE_IN_STOP)
 
 
 #: compute spans on the critical path (see :func:`critical_path`): the end-of-turn wait
@@ -164,12 +186,12 @@ def critical_path(
 ) -> tuple[dict[Span, float], float] | None:
     """Model compute on the voice-to-voice path, and the pipeline's overhead.
 
-    The window is ``speech_end -> first_audio_sent``. Each span is clipped to it; the
-    overhead is the part of the window no span covers: time in which no model was
-    working on this reply and no required wait ran (queues, scheduling, hand-offs,
-    resampling, the event loop). None when the turn has no voice_to_voice.
+    The window is ``speech_end -> first_audio_sent`` (``reply_asked -> ...`` for an asked
+    reply). Each span is clipped to it; the overhead is the part of the window no span
+    covers: time in which no model was working on this reply and no required wait ran
+    (queues, scheduling, hand-offs, resampling, the event loop). None when the turn has no total.
     """
-    start, end = marks.get(Mark.SPEECH_END), marks.get(Mark.FIRST_AUDIO_SENT)
+    start, end = marks.get(Mark.SPEECH_END, marks.get(Mark.REPLY_ASKED)), marks.get(Mark.FIRST_AUDIO_SENT)
     if start is None or end is None or end < start:
         return None
     compute = {name: covered_ns(start, end, [span]) / 1e6 for name, span in spans.items()}
@@ -241,7 +263,7 @@ class TurnLedger:
         """The reply's first audio, ready, waited ``ms`` for a voice that was not the user going
         on: part of voice-to-voice (and of the transport stage), not a breach of their budgets."""
         self.first_audio_held_ms += ms
-        self.allow(ms, StageName.TRANSPORT, StageName.VOICE_TO_VOICE)
+        self.allow(ms, StageName.TRANSPORT, StageName.VOICE_TO_VOICE, StageName.ASKED_TO_AUDIO)
 
     def continued(self, tokens: int, audio_s: float) -> None:
         """The user went on speaking: the turn is open again. Everything after its speech
@@ -328,4 +350,3 @@ class TurnLedger:
             llm_prefill_ms=self.llm_prefill_ms,
             speculation=self.speculation,
         )
-

@@ -34,6 +34,7 @@ class StageName(enum.StrEnum):
     TTS_FIRST_AUDIO = "tts_first_audio"
     TRANSPORT = "transport"
     VOICE_TO_VOICE = "voice_to_voice"
+    ASKED_TO_AUDIO = "asked_to_audio"  # a reply asked for directly: asked -> its first audio sent
     BARGE_IN_STOP = "barge_in_stop"
     # a turn whose reply called a server-side tool before its first clause
     # (voice_pipeline.ledger.ledger.TOOL_PATH: they replace first_clause)

@@ -6,7 +6,8 @@ import sys
 from collections.abc import Mapping
 
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger.ledger import STAGES, TOOL_STAGES, TOTAL
+from voice_pipeline.ledger.ledger import ASKED_TOTAL, TOTAL, Mark, stages_of
+from voice_pipeline.ledger.records import StageName
 
 
 def _color(text: str, code: str) -> str:
@@ -24,14 +25,16 @@ def format_turn(turn: Mapping[str, object], budget: BudgetConfig) -> str:
     if turn.get("interrupted"):
         lines.append(f"  heard:     {turn['heard_text']}  [interrupted]")
     lines.append(f"  {'stage':<17}{'ms':>8}{'budget':>8}")
-    for stage in TOOL_STAGES if "tool" in stages else STAGES:  # a turn whose tool ran first
+    # the stages of a turn whose tool ran first, of an asked reply, or of both (from the names)
+    kinds = {Mark.TOOL_START: StageName.TOOL in stages, Mark.REPLY_ASKED: StageName.ASKED_TO_AUDIO in stages}
+    for stage in stages_of({mark: 0 for mark, present in kinds.items() if present}):
         if stage.name not in stages:
             continue
         ms = float(stages[stage.name])
         limit = float(getattr(budget, stage.budget_key))
         over = ms > limit
         row = f"  {stage.name:<17}{ms:>8.0f}{limit:>8.0f}" + ("  OVER" if over else "")
-        if stage is TOTAL:
+        if stage in (TOTAL, ASKED_TOTAL):
             lines.append("  " + "-" * 33)
         lines.append(_color(row, "31") if over else row)
     return "\n".join(lines)

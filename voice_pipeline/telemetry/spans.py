@@ -11,7 +11,9 @@ clock); nothing is timed again. The tree of one turn::
     ├── tts_first_audio          first_clause -> tts_first_audio │ turn's voice_to_voice
     ├── transport                tts_first_audio -> first_audio_sent ┘
     │   (a turn whose server-side tool ran before its first words: tool_call, tool and
-    │   tool_answer in place of first_clause -- voice_pipeline.ledger.ledger.TOOL_PATH)
+    │   tool_answer in place of first_clause -- voice_pipeline.ledger.ledger.TOOL_PATH;
+    │   a reply asked for directly: asr_final from reply_asked, the wait for its words,
+    │   and the stages add up to asked_to_audio -- path_of)
     ├── barge_in                 one per pause of the reply (an interrupted reply)
     │   ├── barge_in.pause       onset of the speech over it -> the listener flushed
     │   ├── barge_in.resume      flushed -> resumed (a false interruption)  or
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from voice_pipeline.config import BudgetConfig
-from voice_pipeline.ledger.ledger import BARGE_IN_STOP, CRITICAL_PATH, TOOL_PATH, TOTAL, Mark
+from voice_pipeline.ledger.ledger import BARGE_IN_STOP, TOTAL, Mark, path_of
 from voice_pipeline.ledger.records import StageName, TurnRecord
 
 AttrValue = str | bool | int | float | tuple[str, ...]
@@ -136,6 +138,7 @@ def _turn_attributes(record: TurnRecord, opts: TurnOptions) -> dict[str, AttrVal
     optional: dict[str, AttrValue | None] = {
         "voice.turn.voice_to_voice_ms": record.stages_ms.get(StageName.VOICE_TO_VOICE),
         "voice.turn.voice_to_voice_budget_ms": float(getattr(opts.budget, TOTAL.budget_key)),
+        "voice.turn.asked_to_audio_ms": record.stages_ms.get(StageName.ASKED_TO_AUDIO),
         "voice.turn.failed_stage": None if record.failed is None else str(record.failed),
         "voice.turn.interruption": None if record.interruption is None else str(record.interruption),
         "voice.turn.filler_ms": record.filler_ms,
@@ -155,7 +158,7 @@ def _stages(record: TurnRecord, opts: TurnOptions, llm_span_id: int | None) -> l
     marks = record.marks_ns
     broken = {b.stage for b in record.budgets_broken}
     out = []
-    for stage in TOOL_PATH if StageName.TOOL in record.stages_ms else CRITICAL_PATH:
+    for stage in path_of(marks):  # with tools, or an asked reply's
         a, b = marks.get(stage.start), marks.get(stage.end)
         if a is None or b is None or b < a:
             continue
