@@ -91,6 +91,33 @@ async def test_a_session_and_its_turns_reach_the_collector() -> None:
     assert rules == {"complete": 2}
 
 
+async def test_the_stage_histogram_follows_each_turn_s_own_path() -> None:
+    """A tool turn's stages are its tool path's, and a reply asked for (``response.create``)
+    has its own total; before, only the six stages of a spoken turn without tools were
+    recorded, and an asked reply's total nowhere."""
+    tool = {**ANSWERED, Mark.TOOL_START: 3150, Mark.TOOL_DONE: 3200}
+    asked = {
+        Mark.REPLY_ASKED: 1000, Mark.TRANSCRIPT_FINAL: 1180, Mark.LLM_FIRST_TOKEN: 1240,
+        Mark.FIRST_CLAUSE: 1360, Mark.TTS_FIRST_AUDIO: 1450, Mark.FIRST_AUDIO_SENT: 1460, Mark.TURN_END: 3000,
+    }  # fmt: skip
+    with otlp_receiver() as (url, got):
+        tel = telemetry(url)
+        base = now_ns()
+        session = SessionTrace(tel, "s-3", "session")
+        for n, marks in enumerate((tool, asked), start=1):
+            rec = now_record(marks, base + n * 5000 * MS)
+            session.observe(ev.TurnCompleted(n, 0, dataclasses.replace(rec, turn_id=n)))
+        await session.aclose()
+        await asyncio.to_thread(tel.shutdown)
+    stages = {dict(k)["voice.stage"]: p.count for k, p in got.latest("voice.stage.duration").items()}
+    assert stages == {"endpointing": 1, "asr_final": 2, "llm_first_token": 2, "tool_call": 1, "tool": 1,
+                      "tool_answer": 1, "first_clause": 1, "tts_first_audio": 2, "transport": 2}  # fmt: skip
+    (v2v,) = got.latest("voice.voice_to_voice.duration").values()
+    assert v2v.count == 1 and v2v.sum == pytest.approx(0.901)
+    (asked_total,) = got.latest("voice.asked_to_audio.duration").values()
+    assert asked_total.count == 1 and asked_total.sum == pytest.approx(0.460)
+
+
 # ---------------------------------------------------------------- traceparent
 
 

@@ -26,7 +26,7 @@ class TurnSettings:
     turn: TurnConfig
     prefetch: PrefetchSettings
     pipeline_rate_hz: int  # audio.pipeline_rate_hz: input samples -> ms
-    #: vad.end_silence_ms: the policy's wait beyond it is the user's (DELIBERATE)
+    #: vad.end_silence_ms: the policy's wait beyond it is the user's (turn.DELIBERATE and the rest)
     end_silence_ms: int
     filler_after_ms: int  # dialogue.filler_after_ms
 

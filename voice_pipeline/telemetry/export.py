@@ -45,7 +45,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from voice_pipeline.clock import now_ns
 from voice_pipeline.config import BudgetConfig
 from voice_pipeline.errors import ConfigError
-from voice_pipeline.ledger.ledger import CRITICAL_PATH
+from voice_pipeline.ledger.ledger import path_of
 from voice_pipeline.ledger.records import StageName, TurnRecord
 from voice_pipeline.telemetry.config import Signal, TelemetrySettings
 from voice_pipeline.telemetry.spans import SpanSpec
@@ -238,6 +238,10 @@ class Telemetry:
                 "voice.stage.duration", "s", "each critical-path stage of a turn (attribute voice.stage)",
                 explicit_bucket_boundaries_advisory=buckets,
             )  # fmt: skip
+            self._asked = meter.create_histogram(
+                "voice.asked_to_audio.duration", "s", "response.create -> its first reply audio sent",
+                explicit_bucket_boundaries_advisory=buckets,
+            )  # fmt: skip
             self._barge_in = meter.create_histogram(
                 "voice.barge_in.stop.duration", "s", "onset of speech over a reply -> the listener flushed",
                 explicit_bucket_boundaries_advisory=buckets,
@@ -288,7 +292,9 @@ class Telemetry:
         stages = record.stages_ms
         if StageName.VOICE_TO_VOICE in stages:
             self._v2v.record(stages[StageName.VOICE_TO_VOICE] / 1000)
-        for stage in CRITICAL_PATH:
+        if StageName.ASKED_TO_AUDIO in stages:
+            self._asked.record(stages[StageName.ASKED_TO_AUDIO] / 1000)
+        for stage in path_of(record.marks_ns):  # the tool path's stages, or an asked reply's
             if stage.name in stages:
                 self._stage.record(stages[stage.name] / 1000, {"voice.stage": str(stage.name)})
         if StageName.BARGE_IN_STOP in stages:
