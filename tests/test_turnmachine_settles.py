@@ -65,7 +65,6 @@ from voice_pipeline.turntaking.messages import (
     Keep,
     Prefetch,
     Speculate,
-    StartReply,
     StopSpeculating,
     TurnOptions,
 )
@@ -117,9 +116,11 @@ class Session:
                     self.later(self.rnd.randint(0, 15), t, Heard(t, self.rnd.choice(TEXTS)))
                 case Prefetch(turn_id=t):
                     self.prefetched.add(t)
-                case StartReply(turn_id=t) if t in self.prefetched and t not in self.answered:
-                    if self.rnd.random() < 0.3:  # a released speculative reply: heard before its words
-                        self.later(self.rnd.randint(0, 6), t, Audible(t))
+                case Answer(turn_id=t) if t in self.prefetched and self.rnd.random() < 0.3:
+                    # a released speculative reply: its first audio was ready, and goes once its words
+                    # stand (never before: the session asks the machine about them first, Session._answer)
+                    self.answered.add(t)
+                    self.later(self.rnd.randint(0, 2), t, Audible(t))
                 case BeginReply(turn_id=t) | Answer(turn_id=t):  # asked for, or the words stand
                     self.answered.add(t)
                     self.later(self.rnd.randint(2, 25), t, Audible(t))
