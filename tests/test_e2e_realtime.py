@@ -453,6 +453,39 @@ async def test_speech_over_a_response_with_another_waiting_stops_both(srv: Voice
         assert not [e for e in rt.of("output_audio_buffer.started") if e.response_id == waiting]
 
 
+async def test_a_backchannel_over_a_response_with_another_waiting_lets_both_be_heard(
+    srv: VoiceServer, whisper: ASREngine
+) -> None:
+    """As above, but the user only says "uh-huh" over the story: the story resumes, and the
+    response waiting behind it is still heard, after it (before session 39 the first sound over
+    the story cancelled the waiting one, so a cough or a backchannel lost it)."""
+    async with realtime(srv) as rt:
+        await storyteller(rt)
+        await rt.send({"type": "conversation.item.create", "item": user_message(STORY)})
+        await rt.send({"type": "response.create", "response": {"max_output_tokens": 50}})
+        story = (await rt.wait_type("response.done")).response.id
+        await rt.send({"type": "conversation.item.create", "item": user_message(QUESTION)})
+        await rt.send({"type": "response.create"})
+        done = await rt.wait_for(lambda e: e.type == "response.done" and e.response.id != story)
+        waiting = done.response.id
+        since = len(rt.events)
+        await rt.say(pcm16(espeak("uh-huh", RATE)))
+        await rt.wait_type("input_audio_buffer.speech_started", since=since)  # a turn began over the story
+        assert not [e for e in rt.of("output_audio_buffer.stopped") if e.response_id == story]  # it played
+        await rt.wait_for(
+            lambda e: e.type == "output_audio_buffer.stopped" and e.response_id == waiting, timeout_s=90
+        )
+        stopped = index_of(rt, "output_audio_buffer.stopped", story)
+        assert index_of(rt, "output_audio_buffer.started", waiting) > stopped  # heard after the story
+        records = {e.response_id: e.record for e in await _latencies(rt, 3)}
+        assert not records[story]["interrupted"] and not records[waiting]["interrupted"]
+        assert "barge_in_onset" in records[story]["marks"] and records[story]["false_interruptions"] >= 1
+        assert not rt.of("output_audio_buffer.cleared")  # nothing of either was dropped
+        words = transcript_of(done)
+        back = whisper.transcribe(said(rt, waiting)).text  # its audio, whole and intelligible
+        assert "paris" in normalize(words) and word_error_rate(words, back) <= 0.35, (words, back)
+
+
 async def _latencies(rt: RealtimeClient, n: int) -> list[Any]:
     await rt.wait_for(lambda e: len(rt.of("voice_pipeline.turn.latency")) >= n)
     return rt.of("voice_pipeline.turn.latency")

@@ -418,6 +418,20 @@ ASKED_MID_TURN: Script = [
 ]
 
 
+#: a response plays, another waits behind it, and speech begins over the first
+WAITING_OVER: Script = [
+    (Respond(), [BeginReply(1), StartReply(1)], {1: RE}),
+    (Audible(1), [], {1: AU}),
+    (Respond(), [BeginReply(2), HoldReply(2, True), StartReply(2)], {1: AU, 2: RE}),
+    (Frames("##"), [PauseReply(1, 0), BeginTurn(3, 0, 0, 1)], {1: PA, 2: RE, 3: L}),
+]
+#: ... and that speech, a short one, ended (its words decide)
+WAITING_OVER_ENDED: Script = [
+    *WAITING_OVER,
+    (Frames("."), [Speculate(3, 2 * F)], {1: PA, 2: RE, 3: MF}),
+    (Frames("." * 9), [end(3, 2, 12, Rule.NO_VERDICT, 320), StartReply(3)], {1: PA, 2: RE, 3: RE}),
+]
+
 CASES = [
     Case("a complete question ends after the short wait", [*ASK, *answered()]),
     Case(
@@ -1222,20 +1236,48 @@ CASES = [
         ],
     ),
     Case(
-        "speech over a reply with another waiting: the one heard is paused, the waiting one cancelled",
+        "speech over a reply with another waiting: the one heard is paused, the waiting one keeps waiting",
+        [*WAITING_OVER, (Frames("."), [Speculate(3, 2 * F)], {1: PA, 2: RE, 3: MF})],
+    ),
+    Case(
+        "... the words cut the one heard and the one waiting behind it (nothing of it was sent)",
         [
-            (Respond(), [BeginReply(1), StartReply(1)], {1: RE}),
-            (Audible(1), [], {1: AU}),
-            (Respond(), [BeginReply(2), HoldReply(2, True), StartReply(2)], {1: AU, 2: RE}),
+            *WAITING_OVER_ENDED,
             (
-                Frames("##"),
+                Heard(3, "Stop."),
                 [
-                    PauseReply(1, 0),
+                    CancelReply(1, CancelReason.WORDS, True),
                     CancelReply(2, CancelReason.UNHEARD),
-                    BeginTurn(3, 0, 0, 1),
-                    HoldReply(2, False),
+                    Dismiss(3, InterruptionKind.WORDS),
                 ],
-                {1: PA, 2: Phase.INTERRUPTED, 3: L},  # (a cancelled reply's hold ends: nothing to send)
+                {1: Phase.INTERRUPTED, 2: Phase.INTERRUPTED, 3: RE},
+            ),
+            (Finished(1), [HoldReply(2, False)], {2: Phase.INTERRUPTED, 3: RE}),  # nothing to send
+        ],
+    ),
+    Case(
+        "... a cough: the one heard resumes, and the one waiting is heard after it (it was cancelled before)",
+        [
+            *WAITING_OVER_ENDED,
+            (
+                Heard(3, ""),
+                [ResumeReply(1, InterruptionKind.NO_WORDS), Dismiss(3, InterruptionKind.NO_WORDS)],
+                {1: AU, 2: RE, 3: RE},
+            ),
+            (Finished(3), [Seal(3)], {1: AU, 2: RE}),
+            (Frames("...."), [], {1: AU, 2: RE}),  # still waiting for the floor
+            (Finished(1), [HoldReply(2, False)], {2: RE}),
+            (Audible(2), [], {2: AU}),
+        ],
+    ),
+    Case(
+        "... the client cancels the one paused: the one waiting goes with it, not over the speaker",
+        [
+            *WAITING_OVER,
+            (
+                Cancel(1),
+                [CancelReply(1, CancelReason.CLIENT), CancelReply(2, CancelReason.UNHEARD)],
+                {1: Phase.INTERRUPTED, 2: Phase.INTERRUPTED, 3: L},
             ),
         ],
     ),

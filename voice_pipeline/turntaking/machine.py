@@ -157,7 +157,8 @@ class TurnMachine(TurnTable):
             self._stops.heard(now_ns)
         t.move(Step.FINISH)
         del self._turns[turn_id]
-        return ([] if t.sealed else [cmd.Seal(turn_id)]) + self.tick(now_ns)  # the next reply's turn
+        cut = self._behind(t, cut=True)  # over while speech over it was undecided: not over the user
+        return cut + ([] if t.sealed else [cmd.Seal(turn_id)]) + self.tick(now_ns)  # the next reply's turn
 
     def interrupt(self, now_ns: int) -> list[Command]:
         """Explicit interrupt: every reply in progress stops now, without waiting for the VAD."""
@@ -287,7 +288,12 @@ class TurnMachine(TurnTable):
         if t is not None and self.continuation.continues(t, s.onset_sample):
             return self._continue(t, s.onset_sample)
         unheard = [o for o in self._turns.values() if o.phase is Phase.REPLYING and not o.no_words]
-        cmds = [c for o in unheard if self._barge_in.enabled for c in self._cancel(o, CancelReason.UNHEARD)]
+        heard = self._latest(HEARD_PHASES) if self._barge_in.enabled else None
+        for o in unheard:  # a reply asked for behind the one heard waits for what this speech is
+            if heard is not None and o.onset_ns is None and o.turn_id > heard.turn_id:
+                o.behind = heard.turn_id
+        cut = [o for o in unheard if o.behind is None and self._barge_in.enabled]
+        cmds = [c for o in cut for c in self._cancel(o, CancelReason.UNHEARD)]
         return cmds + self._begin(s.onset_sample, s.start_sample, spoken_over=self.audible)
 
     def _begin(self, onset: int, start: int, *, spoken_over: int | None, ptt: bool = False) -> list[Command]:
@@ -369,13 +375,21 @@ class TurnMachine(TurnTable):
         if t.phase not in REPLY_PHASES:
             return []
         t.move(Step.CANCEL)
-        return [cmd.CancelReply(t.turn_id, reason, barge_in)]
+        return [cmd.CancelReply(t.turn_id, reason, barge_in), *self._behind(t, cut=True)]
 
     def _false_interruption(self, t: TurnState, kind: InterruptionKind) -> list[Command]:
         self.tracker.resolved()
         if t.phase is not Phase.PAUSED:
-            return []  # never stopped: not an interruption at all
+            return self._behind(t, cut=False)  # never stopped: not an interruption at all
         if not self._barge_in.resume_after_false_interruption:
             return self._cancel(t, CancelReason.stopped_by(kind))
         t.move(Step.RESUME_REPLY)
-        return [cmd.ResumeReply(t.turn_id, kind)]
+        return [cmd.ResumeReply(t.turn_id, kind), *self._behind(t, cut=False)]
+
+    def _behind(self, t: TurnState, *, cut: bool) -> list[Command]:
+        """The replies waiting behind ``t`` since speech began over it: cut with it, or (the speech
+        was no interruption) still waiting, to be heard after it."""
+        waiting = [o for o in self._turns.values() if o.behind == t.turn_id]
+        for o in waiting:
+            o.behind = None
+        return [c for o in waiting if cut for c in self._cancel(o, CancelReason.UNHEARD)]

@@ -134,6 +134,9 @@ class TurnState:
     #: when its speech began (monotonic ns; None for a reply with no user speech): a stop said
     #: soon after a reply ended may be meant for it (bargein.StopWindow)
     onset_ns: int | None = None
+    #: a reply asked for, waiting for the floor behind this heard reply when speech began over
+    #: that one: it shares its fate (cut with it; heard after it if the speech was no interruption)
+    behind: int | None = None
 
     def move(self, step: Step) -> None:
         """Take ``step``: the only way a turn changes phase (:data:`TRANSITIONS`; anything else is a bug)."""
