@@ -97,7 +97,7 @@ class LocalAgreement:
     def update(self, words: Sequence[str]) -> tuple[str, ...]:
         """Take the latest hypothesis; return the words it newly commits."""
         hypothesis = tuple(words)
-        rest = hypothesis[resume_index(hypothesis, self._committed):]
+        rest = hypothesis[resume_index(hypothesis, self._committed) :]
         new: tuple[str, ...] = ()
         if self._has_previous:
             agreed = agreed_prefix(self._latest_rest, rest)

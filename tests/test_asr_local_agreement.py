@@ -71,8 +71,14 @@ def test_local_agreement(steps: list[tuple[str, str, str, str]]) -> None:
 
 def test_committed_is_append_only() -> None:
     hypotheses = [
-        "so", "so I", "so I think we", "so I think we should", "so I think he should go",
-        "so I think he should go home", "so I think we should go home now", "so I thing",
+        "so",
+        "so I",
+        "so I think we",
+        "so I think we should",
+        "so I think he should go",
+        "so I think he should go home",
+        "so I think we should go home now",
+        "so I thing",
     ]
     la = LocalAgreement()
     history: tuple[str, ...] = ()
@@ -96,8 +102,7 @@ def test_reset_starts_a_new_utterance() -> None:
 
 @pytest.mark.parametrize(
     ("word", "normalized"),
-    [("France?", "france"), ("Don't", "don't"), ("round-fark", "roundfark"), ("...", ""),
-     ("42,", "42")],
+    [("France?", "france"), ("Don't", "don't"), ("round-fark", "roundfark"), ("...", ""), ("42,", "42")],
 )
 def test_normalize_word(word: str, normalized: str) -> None:
     assert normalize_word(word) == normalized

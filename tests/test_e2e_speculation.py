@@ -95,7 +95,7 @@ async def test_a_released_reply_was_synthesized_before_the_endpoint(
 async def test_a_dropped_speculation_aborts_the_request_and_sends_nothing(
     engines: Engines, config: Config
 ) -> None:
-    """"What is the capital of France?" reads complete: the reply is prepared in the pause;
+    """ "What is the capital of France?" reads complete: the reply is prepared in the pause;
     then the user goes on ("and of Germany?"): the prepared reply is dropped unsent."""
     first, second = espeak("What is the capital of France?"), espeak("And of Germany?")
     audio = np.concatenate([first, silence(0.9), second])

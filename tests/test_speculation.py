@@ -53,7 +53,7 @@ async def test_a_released_reply_sends_the_audio_synthesized_before_the_endpoint(
 
 
 async def test_the_first_chunk_is_synthesized_before_the_token_that_cuts_it(h: Harness) -> None:
-    """"Sure," is only cut once the next token shows a space after the comma; its synthesis
+    """ "Sure," is only cut once the next token shows a space after the comma; its synthesis
     starts on the chunker's guess, so it is held even while that token is late."""
     d, llm, tts = h.driver, h.fakes.llm, h.fakes.tts
     first = first_chunk(REPLY, h.cfg)
@@ -69,7 +69,7 @@ async def test_the_first_chunk_is_synthesized_before_the_token_that_cuts_it(h: H
 
 
 async def test_a_wrong_guess_is_wasted_and_the_real_first_chunk_is_held(h: Harness) -> None:
-    """"Well..." would be a chunk before an ordinary word, but not before "maybe" (no split
+    """ "Well..." would be a chunk before an ordinary word, but not before "maybe" (no split
     before a lower-case letter): the guessed audio is counted as wasted, never sent."""
     t, d, llm, tts = h.transport, h.driver, h.fakes.llm, h.fakes.tts
     llm.reply = "Well... maybe the answer is forty two. Anything else?"

@@ -93,7 +93,9 @@ IDS = [f"{e}-{r // 1000}k" for e, r in ENGINE_RATES]
 @pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize(("engine", "rate"), ENGINE_RATES, ids=IDS)
 def test_speech_scores_high_and_silence_low(
-    engine: str, rate: int, vad_engines: dict[tuple[str, int], VAD],
+    engine: str,
+    rate: int,
+    vad_engines: dict[tuple[str, int], VAD],
     utterances: dict[tuple[str, int], Audio],
 ) -> None:
     vad = vad_engines[engine, rate]
@@ -120,7 +122,9 @@ def test_speech_scores_high_and_silence_low(
 @pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize(("engine", "rate"), ENGINE_RATES, ids=IDS)
 def test_chunking_does_not_change_the_scores(
-    engine: str, rate: int, vad_engines: dict[tuple[str, int], VAD],
+    engine: str,
+    rate: int,
+    vad_engines: dict[tuple[str, int], VAD],
     utterances: dict[tuple[str, int], Audio],
 ) -> None:
     vad = vad_engines[engine, rate]
@@ -137,7 +141,9 @@ def test_chunking_does_not_change_the_scores(
 @pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize(("engine", "rate"), ENGINE_RATES, ids=IDS)
 def test_streams_are_independent_and_reset_restores_a_fresh_stream(
-    engine: str, rate: int, vad_engines: dict[tuple[str, int], VAD],
+    engine: str,
+    rate: int,
+    vad_engines: dict[tuple[str, int], VAD],
     utterances: dict[tuple[str, int], Audio],
 ) -> None:
     vad = vad_engines[engine, rate]
@@ -166,7 +172,9 @@ def test_streams_are_independent_and_reset_restores_a_fresh_stream(
 @pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize(("engine", "rate"), ENGINE_RATES, ids=IDS)
 def test_endpointer_finds_two_turns_at_the_true_speech_ends(
-    engine: str, rate: int, vad_engines: dict[tuple[str, int], VAD],
+    engine: str,
+    rate: int,
+    vad_engines: dict[tuple[str, int], VAD],
     utterances: dict[tuple[str, int], Audio],
 ) -> None:
     cfg = VADConfig()
@@ -266,9 +274,7 @@ def test_unsupported_rate_is_a_config_error(rate: int) -> None:
 
 @pytest.mark.real_models  # loads the Silero model
 @pytest.mark.parametrize("engine", ENGINES)
-def test_non_mono_audio_is_an_input_error(
-    engine: str, vad_engines: dict[tuple[str, int], VAD]
-) -> None:
+def test_non_mono_audio_is_an_input_error(engine: str, vad_engines: dict[tuple[str, int], VAD]) -> None:
     stream = vad_engines[engine, 16000].stream()
     with pytest.raises(AudioInputError):
         stream.push(np.zeros((2, 480), dtype=np.float32))

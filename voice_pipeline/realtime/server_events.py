@@ -341,11 +341,37 @@ class TurnLatencyMeasured:
 
 
 ServerEvent = (  # fmt: skip
-    SessionCreated | SessionUpdated | SpeechStarted | SpeechStopped | InputCommitted | InputCleared
-    | ItemAdded | ItemDone | InputTranscriptDelta | InputTranscriptCompleted | InputTranscriptFailed
-    | ResponseCreated | ResponseDone | OutputItemAdded | OutputItemDone | ContentPartAdded
-    | ContentPartDone | AudioDelta | AudioDone | AudioTranscriptDelta | AudioTranscriptDone
-    | TextDelta | TextDone | FunctionArgumentsDelta | FunctionArgumentsDone | OutputAudioStarted
-    | OutputAudioStopped | OutputAudioCleared | ItemTruncated | ItemDeleted | ItemRetrieved
-    | ErrorOccurred | TurnLatencyMeasured
+    SessionCreated
+    | SessionUpdated
+    | SpeechStarted
+    | SpeechStopped
+    | InputCommitted
+    | InputCleared
+    | ItemAdded
+    | ItemDone
+    | InputTranscriptDelta
+    | InputTranscriptCompleted
+    | InputTranscriptFailed
+    | ResponseCreated
+    | ResponseDone
+    | OutputItemAdded
+    | OutputItemDone
+    | ContentPartAdded
+    | ContentPartDone
+    | AudioDelta
+    | AudioDone
+    | AudioTranscriptDelta
+    | AudioTranscriptDone
+    | TextDelta
+    | TextDone
+    | FunctionArgumentsDelta
+    | FunctionArgumentsDone
+    | OutputAudioStarted
+    | OutputAudioStopped
+    | OutputAudioCleared
+    | ItemTruncated
+    | ItemDeleted
+    | ItemRetrieved
+    | ErrorOccurred
+    | TurnLatencyMeasured
 )
