@@ -426,22 +426,27 @@ async def test_a_response_asked_for_while_another_plays_waits_for_it(
         assert transport >= held and "transport" not in broken
 
 
+async def story_and_question(rt: RealtimeClient, story_tokens: int) -> tuple[str, Any]:
+    """A story asked for and generated (it plays), then a question asked for behind it: the
+    story's response id and the question's ``response.done`` (generated, its audio ready: it
+    would play now if it did not wait for the story)."""
+    await storyteller(rt)
+    await rt.send({"type": "conversation.item.create", "item": user_message(STORY)})
+    await rt.send({"type": "response.create", "response": {"max_output_tokens": story_tokens}})
+    story = (await rt.wait_type("response.done")).response.id
+    await rt.send({"type": "conversation.item.create", "item": user_message(QUESTION)})
+    await rt.send({"type": "response.create"})
+    return story, await rt.wait_for(lambda e: e.type == "response.done" and e.response.id != story)
+
+
 async def test_speech_over_a_response_with_another_waiting_stops_both(srv: VoiceServer) -> None:
     """A second response is asked for while a story plays; the user speaks over the story. The
     story, the one they hear, is what their speech pauses and their words cut; the one waiting
-    is cancelled unheard: nothing of it is ever sent (before, the speech paused the waiting one
-    and the story talked on over the user)."""
+    is cut with it, unheard: nothing of it is ever sent (before session 37, the speech paused the
+    waiting one and the story talked on over the user)."""
     async with realtime(srv) as rt:
-        await storyteller(rt)
-        await rt.send({"type": "conversation.item.create", "item": user_message(STORY)})
-        await rt.send({"type": "response.create", "response": {"max_output_tokens": 80}})
-        story = (await rt.wait_type("response.done")).response.id
-        await rt.send({"type": "conversation.item.create", "item": user_message(QUESTION)})
-        await rt.send({"type": "response.create"})
-        # generated, its audio ready: it would play now if it did not wait for the story
-        waiting = (
-            await rt.wait_for(lambda e: e.type == "response.done" and e.response.id != story)
-        ).response.id
+        story, done = await story_and_question(rt, 80)
+        waiting = done.response.id
         since = len(rt.events)
         await rt.say(pcm16(espeak(STOP, RATE)))
         await rt.wait_type("input_audio_buffer.speech_started", since=since)
@@ -462,13 +467,7 @@ async def test_a_backchannel_over_a_response_with_another_waiting_lets_both_be_h
     response waiting behind it is still heard, after it (before session 39 the first sound over
     the story cancelled the waiting one, so a cough or a backchannel lost it)."""
     async with realtime(srv) as rt:
-        await storyteller(rt)
-        await rt.send({"type": "conversation.item.create", "item": user_message(STORY)})
-        await rt.send({"type": "response.create", "response": {"max_output_tokens": 50}})
-        story = (await rt.wait_type("response.done")).response.id
-        await rt.send({"type": "conversation.item.create", "item": user_message(QUESTION)})
-        await rt.send({"type": "response.create"})
-        done = await rt.wait_for(lambda e: e.type == "response.done" and e.response.id != story)
+        story, done = await story_and_question(rt, 50)
         waiting = done.response.id
         since = len(rt.events)
         await rt.say(pcm16(espeak("uh-huh", RATE)))
