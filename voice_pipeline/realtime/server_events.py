@@ -340,38 +340,14 @@ class TurnLatencyMeasured:
     item_id: str | None = None
 
 
-ServerEvent = (  # fmt: skip
-    SessionCreated
-    | SessionUpdated
-    | SpeechStarted
-    | SpeechStopped
-    | InputCommitted
-    | InputCleared
-    | ItemAdded
-    | ItemDone
-    | InputTranscriptDelta
-    | InputTranscriptCompleted
-    | InputTranscriptFailed
-    | ResponseCreated
-    | ResponseDone
-    | OutputItemAdded
-    | OutputItemDone
-    | ContentPartAdded
-    | ContentPartDone
-    | AudioDelta
-    | AudioDone
-    | AudioTranscriptDelta
-    | AudioTranscriptDone
-    | TextDelta
-    | TextDone
-    | FunctionArgumentsDelta
-    | FunctionArgumentsDone
-    | OutputAudioStarted
-    | OutputAudioStopped
-    | OutputAudioCleared
-    | ItemTruncated
-    | ItemDeleted
-    | ItemRetrieved
-    | ErrorOccurred
-    | TurnLatencyMeasured
+# fmt: off
+ServerEvent = (
+    SessionCreated | SessionUpdated | SpeechStarted | SpeechStopped | InputCommitted | InputCleared
+    | ItemAdded | ItemDone | InputTranscriptDelta | InputTranscriptCompleted | InputTranscriptFailed
+    | ResponseCreated | ResponseDone | OutputItemAdded | OutputItemDone | ContentPartAdded
+    | ContentPartDone | AudioDelta | AudioDone | AudioTranscriptDelta | AudioTranscriptDone
+    | TextDelta | TextDone | FunctionArgumentsDelta | FunctionArgumentsDone | OutputAudioStarted
+    | OutputAudioStopped | OutputAudioCleared | ItemTruncated | ItemDeleted | ItemRetrieved
+    | ErrorOccurred | TurnLatencyMeasured
 )
+# fmt: on
